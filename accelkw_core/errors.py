@@ -1,0 +1,105 @@
+"""The exceptions accelkw raises: one base, subclasses that carry their context as attributes."""
+
+from __future__ import annotations
+
+import difflib
+from collections.abc import Iterable
+from typing import Any
+
+__all__ = [
+    "AccelkwError",
+    "ComposeError",
+    "ConfigError",
+    "HandlerApplyError",
+    "PluginError",
+    "suggest",
+]
+
+
+class AccelkwError(Exception):
+    """Base of every error accelkw raises on purpose; the CLI prints these without a traceback."""
+
+
+def suggest(name: str, choices: Iterable[str]) -> str | None:
+    """The closest of ``choices`` to ``name`` (a likely typo), or ``None``."""
+    matches = difflib.get_close_matches(name, list(choices), n=1, cutoff=0.6)
+    return matches[0] if matches else None
+
+
+def _short(value: Any) -> str:
+    text = repr(value)
+    return text if len(text) <= 80 else text[:77] + "..."
+
+
+class ConfigError(AccelkwError, ValueError):
+    """A handler setting is wrong.
+
+    Carries ``handler`` (registry name or class name), ``field``, ``value`` and ``expected``,
+    plus an optional ``suggestion`` (a close match for a misspelt name) and ``source`` (where the
+    value came from: a file and table, an environment variable, the command line).
+    """
+
+    def __init__(
+        self,
+        handler: str,
+        field: str,
+        value: Any,
+        expected: str,
+        *,
+        suggestion: str | None = None,
+        source: str | None = None,
+    ) -> None:
+        self.handler = handler
+        self.field = field
+        self.value = value
+        self.expected = expected
+        self.suggestion = suggestion
+        self.source = source
+        super().__init__(self._message())
+
+    def _message(self) -> str:
+        where = f"{self.source}: " if self.source else ""
+        text = f"{where}{self.handler}.{self.field}: got {_short(self.value)}, expected {self.expected}"
+        if self.suggestion is not None:
+            text += f" (did you mean {self.suggestion!r}?)"
+        return text
+
+    def with_source(self, source: str) -> ConfigError:
+        """A copy of this error that also says where the value came from."""
+        return ConfigError(
+            self.handler,
+            self.field,
+            self.value,
+            self.expected,
+            suggestion=self.suggestion,
+            source=source,
+        )
+
+
+class PluginError(AccelkwError):
+    """A plugin could not be used: it failed to load, conflicts, or is missing."""
+
+    def __init__(self, plugin: str, distribution: str | None, reason: str) -> None:
+        self.plugin = plugin
+        self.distribution = distribution
+        self.reason = reason
+        dist = f" (distribution {distribution})" if distribution else ""
+        super().__init__(f"plugin {plugin!r}{dist}: {reason}")
+
+
+class ComposeError(AccelkwError, ValueError):
+    """The handlers cannot be composed: duplicates, an ordering cycle, a non-handler object."""
+
+
+class HandlerApplyError(AccelkwError):
+    """A handler's ``apply(state)`` failed; everything applied before it was undone."""
+
+    def __init__(self, handler: str, distribution: str | None, cause: BaseException) -> None:
+        self.handler = handler
+        self.distribution = distribution
+        self.cause = cause
+        dist = distribution or "code passed directly, no distribution"
+        super().__init__(
+            f"handler {handler!r} (from {dist}) failed in apply(): "
+            f"{type(cause).__name__}: {cause}; the handlers applied before it were undone"
+        )

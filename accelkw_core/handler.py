@@ -1,0 +1,150 @@
+"""The ``KwargsHandler`` contract: a dataclass mixin that configures one part of a training run."""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Mapping
+from typing import TYPE_CHECKING, Any, ClassVar, Self
+
+if TYPE_CHECKING:
+    from accelkw_core.state import AcceleratorState
+
+__all__ = ["KwargsHandler", "handler_field"]
+
+_MISSING = dataclasses.MISSING
+
+
+def handler_field(
+    default: Any = _MISSING,
+    *,
+    default_factory: Any = _MISSING,
+    doc: str = "",
+    ge: float | None = None,
+    gt: float | None = None,
+    le: float | None = None,
+    lt: float | None = None,
+) -> Any:
+    """A dataclass field with documentation and an optional numeric range.
+
+    The range (``ge``/``gt``/``le``/``lt``) is enforced by :meth:`KwargsHandler.from_mapping`
+    and by :meth:`KwargsHandler.validate`; ``doc`` feeds ``accelkw plugins show`` and the
+    generated documentation.
+    """
+    metadata = {"doc": doc, "ge": ge, "gt": gt, "le": le, "lt": lt}
+    if default_factory is not _MISSING:
+        return dataclasses.field(default_factory=default_factory, metadata=metadata)
+    return dataclasses.field(default=default, metadata=metadata)
+
+
+class KwargsHandler:
+    """Mixin for handler dataclasses.
+
+    A handler is a ``@dataclass`` subclass with a default for every field, a registry ``name``
+    (its config key), optional ``after`` (registry names it must be applied after) and
+    ``apply(state)``, which configures an :class:`~accelkw_core.state.AcceleratorState`.
+
+    ``to_kwargs()`` keeps the reference semantics (the fields that differ from a default
+    instance). ``explicit_kwargs()`` adds the fields passed to the constructor, so a value the
+    user set that happens to equal the default is never lost.
+    """
+
+    name: ClassVar[str] = ""
+    after: ClassVar[tuple[str, ...]] = ()
+    _accelkw_explicit: frozenset[str]
+
+    def __new__(cls, *args: Any, **kwargs: Any) -> Self:
+        # Recorded here, not in __init__, because the dataclass decorator writes __init__.
+        self = super().__new__(cls)
+        names = _init_field_names(cls)
+        explicit = set(names[: len(args)])
+        explicit.update(k for k in kwargs if k in names)
+        object.__setattr__(self, "_accelkw_explicit", frozenset(explicit))
+        return self
+
+    def __post_init__(self) -> None:
+        # Values set in code pass the same checks as config values; enum strings become members.
+        from accelkw_core.validation import check_instance
+
+        check_instance(self)
+        self.check_values()
+
+    def check_values(self) -> None:
+        """Cross-field checks a handler adds; raise ``ConfigError``. Called after construction."""
+
+    def to_kwargs(self) -> dict[str, Any]:
+        """The fields whose values differ from a default-constructed instance of this class."""
+        defaults = _defaults(type(self))
+        out: dict[str, Any] = {}
+        for name, default in defaults.items():
+            value = getattr(self, name)
+            if value != default:
+                out[name] = value
+        return out
+
+    def explicit_fields(self) -> frozenset[str]:
+        """Names of the fields the caller set: passed to the constructor or changed since."""
+        return self._explicit_names() | frozenset(self.to_kwargs())
+
+    def explicit_kwargs(self) -> dict[str, Any]:
+        """``to_kwargs()`` plus the fields passed explicitly, even when equal to the default."""
+        return {name: getattr(self, name) for name in self._ordered(self.explicit_fields())}
+
+    def field_values(self) -> dict[str, Any]:
+        """Every field and its current value, in declaration order."""
+        return {name: getattr(self, name) for name in _init_field_names(type(self))}
+
+    def apply(self, state: AcceleratorState) -> None:
+        """Configure ``state``; record what was done (or why nothing was) with ``state.record``."""
+        state.record(self.name, "nothing to apply", applied=False)
+
+    def describe(self, state: AcceleratorState) -> str:
+        """What ``apply`` would do on ``state``, without doing it (used by ``accelkw plan``)."""
+        return "would apply"
+
+    @classmethod
+    def from_mapping(cls, data: Mapping[str, Any], *, strings: bool = False) -> Self:
+        """Build a handler from untrusted data, checking every name, type and range.
+
+        ``strings=True`` also accepts text forms (``"true"``, ``"25"``, JSON lists and dicts),
+        as read from environment variables. Raises :class:`~accelkw_core.errors.ConfigError`.
+        """
+        from accelkw_core.validation import build_handler
+
+        return build_handler(cls, data, strings=strings)
+
+    def validate(self) -> None:
+        """Check the current field values as :meth:`from_mapping` would; raise ``ConfigError``."""
+        from accelkw_core.validation import check_instance
+
+        check_instance(self)
+        self.check_values()
+
+    def _explicit_names(self) -> frozenset[str]:
+        return getattr(self, "_accelkw_explicit", frozenset())
+
+    def _ordered(self, names: frozenset[str]) -> list[str]:
+        return [n for n in _init_field_names(type(self)) if n in names]
+
+
+_FIELD_NAMES: dict[type, tuple[str, ...]] = {}
+_DEFAULTS: dict[type, dict[str, Any]] = {}
+
+
+def _init_field_names(cls: type) -> tuple[str, ...]:
+    names = _FIELD_NAMES.get(cls)
+    if names is None:
+        if not dataclasses.is_dataclass(cls):
+            return ()
+        names = tuple(f.name for f in dataclasses.fields(cls) if f.init)
+        _FIELD_NAMES[cls] = names
+    return names
+
+
+def _defaults(cls: type) -> dict[str, Any]:
+    # A default instance per class, built once: to_kwargs() is on the hot path of the runtime.
+    defaults = _DEFAULTS.get(cls)
+    if defaults is None:
+        instance = cls()
+        defaults = {n: getattr(instance, n) for n in _init_field_names(cls)}
+        _DEFAULTS[cls] = defaults
+    return defaults

@@ -1,0 +1,62 @@
+"""The hook specifications plugins implement. Every hook name starts with ``accelkw_``."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
+
+import pluggy
+
+if TYPE_CHECKING:
+    from accelkw_core.handler import KwargsHandler
+    from accelkw_core.state import AcceleratorState
+
+__all__ = ["PROJECT", "hookimpl", "hookspec"]
+
+PROJECT = "accelkw"
+hookspec = pluggy.HookspecMarker(PROJECT)
+hookimpl = pluggy.HookimplMarker(PROJECT)
+
+
+@hookspec
+def accelkw_register_handlers(register: Callable[[type[KwargsHandler]], None]) -> None:
+    """Contribute handler classes by calling ``register(HandlerClass)`` once for each.
+
+    :param register: takes a ``KwargsHandler`` dataclass; the core attaches the plugin's name
+        and distribution, validates the class and reports a name claimed twice as a conflict.
+
+    Example::
+
+        @hookimpl
+        def accelkw_register_handlers(register):
+            register(SeedKwargs)
+    """
+
+
+@hookspec
+def accelkw_state_ready(state: AcceleratorState) -> None:
+    """Called once every handler has been applied to ``state``, before training starts.
+
+    :param state: the composed ``AcceleratorState``; read its facts and log, or add to
+        ``state.extras``.
+
+    Example::
+
+        @hookimpl
+        def accelkw_state_ready(state):
+            state.record("mylogger", f"run has {state.world_size} processes")
+    """
+
+
+@hookspec
+def accelkw_env_info(info: dict[str, Any]) -> None:
+    """Add lines to ``accelkw env`` (the bug-report summary).
+
+    :param info: a mapping of label to value; add your own keys.
+
+    Example::
+
+        @hookimpl
+        def accelkw_env_info(info):
+            info["my-plugin backend"] = "gloo"
+    """

@@ -1,0 +1,367 @@
+"""Discovery and loading of handler plugins: entry points in, a pluggy manager and a status each.
+
+A plugin is a module (or any object) with ``accelkw_*`` hook implementations, found through the
+``accelkw`` entry-point group or registered in code. Loading is isolated: a plugin that fails in
+any way is recorded with its reason and skipped; the rest keep working.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+import re
+import time
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+import pluggy
+
+from accelkw_core import hookspecs
+from accelkw_core.errors import PluginError, suggest
+from accelkw_core.handler import KwargsHandler
+
+__all__ = [
+    "ENTRY_POINT_GROUP",
+    "HandlerInfo",
+    "PluginRecord",
+    "Registry",
+    "get_registry",
+    "set_registry",
+]
+
+ENTRY_POINT_GROUP = "accelkw"
+ENV_ALLOW = "ACCELKW_PLUGINS"
+ENV_DENY = "ACCELKW_DISABLE_PLUGINS"
+ENV_NO_AUTOLOAD = "ACCELKW_DISABLE_PLUGIN_AUTOLOAD"
+
+LOADED, FAILED, DISABLED, CONFLICT = "loaded", "failed", "disabled", "conflict"
+_NAME = re.compile(r"^[a-z][a-z0-9_]*$")
+
+
+@dataclass
+class PluginRecord:
+    """What is known about one plugin: where it came from, its status and its handlers."""
+
+    name: str
+    entry_point: str | None = None
+    distribution: str | None = None
+    version: str | None = None
+    status: str = LOADED
+    error: dict[str, str] | None = None
+    load_ms: float = 0.0
+    handlers: list[type[KwargsHandler]] = field(default_factory=list)
+    plugin: object | None = field(default=None, repr=False)
+
+    def fail(self, status: str, kind: str, message: str) -> None:
+        self.status = status
+        self.error = {"type": kind, "message": message}
+
+    @property
+    def reason(self) -> str:
+        return self.error["message"] if self.error else ""
+
+
+@dataclass(frozen=True)
+class HandlerInfo:
+    """A usable handler class and the plugin and distribution that provide it."""
+
+    name: str
+    cls: type[KwargsHandler]
+    plugin: str
+    distribution: str | None
+    version: str | None
+
+
+def _split_env(value: str | None) -> set[str] | None:
+    if value is None:
+        return None
+    return {part.strip() for part in value.split(",") if part.strip()}
+
+
+def _norm(name: str) -> str:
+    return re.sub(r"[-_.]+", "-", name).lower()
+
+
+def check_handler_class(cls: object) -> str | None:
+    """Why ``cls`` cannot be a handler, or ``None`` when it can."""
+    if not isinstance(cls, type) or not issubclass(cls, KwargsHandler):
+        return f"{cls!r} is not a KwargsHandler subclass"
+    if not dataclasses.is_dataclass(cls):
+        return f"{cls.__name__} is not a dataclass (decorate it with @dataclass)"
+    for f in dataclasses.fields(cls):
+        if f.init and f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING:
+            return f"{cls.__name__}.{f.name} has no default (every handler field needs one)"
+    name = getattr(cls, "name", "")
+    if not isinstance(name, str) or not _NAME.match(name):
+        return (
+            f"{cls.__name__} has no valid registry name (got {name!r}; "
+            "expected a lowercase identifier such as 'autocast')"
+        )
+    return None
+
+
+class Registry:
+    """The plugins of one process: discovered lazily, once, and kept with their status.
+
+    ``allow``/``deny`` (plugin or distribution names) default to the ``ACCELKW_PLUGINS`` and
+    ``ACCELKW_DISABLE_PLUGINS`` environment variables and are applied before any plugin module
+    is imported. ``autoload=False`` (or ``ACCELKW_DISABLE_PLUGIN_AUTOLOAD=1``) reads no entry
+    points; :meth:`register_plugin` adds plugin objects in code either way.
+    """
+
+    def __init__(
+        self,
+        *,
+        autoload: bool | None = None,
+        allow: Iterable[str] | None = None,
+        deny: Iterable[str] | None = None,
+        env: Mapping[str, str] | None = None,
+        group: str = ENTRY_POINT_GROUP,
+    ) -> None:
+        env = os.environ if env is None else env
+        if autoload is None:
+            autoload = env.get(ENV_NO_AUTOLOAD, "").strip().lower() not in ("1", "true", "yes")
+        self.autoload = autoload
+        self.allow = set(allow) if allow is not None else _split_env(env.get(ENV_ALLOW))
+        self.deny = set(deny) if deny is not None else (_split_env(env.get(ENV_DENY)) or set())
+        self.group = group
+        self.pm = pluggy.PluginManager(hookspecs.PROJECT)
+        self.pm.add_hookspecs(hookspecs)
+        self._records: dict[str, PluginRecord] = {}
+        self._handlers: dict[str, HandlerInfo] | None = None
+        self._loaded = False
+
+    # -- loading -------------------------------------------------------------------------------
+
+    def load(self) -> Registry:
+        """Discover and load entry-point plugins, once; later calls do nothing."""
+        if self._loaded:
+            return self
+        self._loaded = True
+        if self.autoload:
+            import importlib_metadata
+
+            for ep in importlib_metadata.entry_points(group=self.group):
+                self._load_entry_point(ep)
+        self._handlers = None
+        return self
+
+    def _selected(self, name: str, dist: str | None) -> str | None:
+        names = {name, _norm(name)} | ({dist, _norm(dist)} if dist else set())
+        if self.allow is not None and not names & (self.allow | {_norm(a) for a in self.allow}):
+            return f"not in the allow-list {ENV_ALLOW}={','.join(sorted(self.allow))}"
+        if names & (self.deny | {_norm(d) for d in self.deny}):
+            return f"in the deny-list {ENV_DENY}"
+        return None
+
+    def _load_entry_point(self, ep: Any) -> None:
+        dist = getattr(ep, "dist", None)
+        record = PluginRecord(
+            name=ep.name,
+            entry_point=ep.value,
+            distribution=getattr(dist, "name", None),
+            version=getattr(dist, "version", None),
+        )
+        if ep.name in self._records:
+            other = self._records[ep.name]
+            record.fail(
+                CONFLICT,
+                "PluginNameConflict",
+                f"plugin name {ep.name!r} is also used by {other.distribution}; "
+                f"both {other.distribution} and {record.distribution} claim it",
+            )
+            other.fail(CONFLICT, "PluginNameConflict", record.reason)
+            if other.plugin is not None:
+                self.pm.unregister(other.plugin)
+            self._records[f"{ep.name} ({record.distribution})"] = record
+            return
+        self._records[ep.name] = record
+        why_not = self._selected(ep.name, record.distribution)
+        if why_not is not None:
+            record.status = DISABLED
+            record.error = {"type": "Disabled", "message": why_not}
+            return
+        start = time.perf_counter()
+        try:
+            plugin = ep.load()
+        except (Exception, SystemExit) as exc:
+            record.load_ms = (time.perf_counter() - start) * 1000
+            record.fail(FAILED, type(exc).__name__, _exc_text(exc))
+            return
+        record.load_ms = (time.perf_counter() - start) * 1000
+        self._activate(record, plugin)
+
+    def register_plugin(self, plugin: object, name: str | None = None) -> PluginRecord:
+        """Register a plugin object (a module, class or instance) directly, without entry points.
+
+        Returns its record; a plugin that fails validation is recorded as ``failed``, not raised.
+        """
+        if self.pm.is_registered(plugin):
+            for rec in self._records.values():
+                if rec.plugin is plugin:
+                    return rec
+        name = name or getattr(plugin, "__name__", None) or type(plugin).__name__
+        record = PluginRecord(name=name, entry_point=None)
+        key = name
+        while key in self._records:
+            key += "'"
+        self._records[key] = record
+        self._activate(record, plugin)
+        self._handlers = None
+        return record
+
+    def _activate(self, record: PluginRecord, plugin: object) -> None:
+        try:
+            self.pm.register(plugin, name=f"{record.name}@{id(plugin)}")
+        except Exception as exc:
+            record.fail(FAILED, type(exc).__name__, _exc_text(exc))
+            return
+        record.plugin = plugin
+        unknown = [
+            caller.name for caller in self.pm.get_hookcallers(plugin) or [] if not caller.has_spec()
+        ]
+        if unknown:
+            self._reject(record, "UnknownHook", f"implements unknown hook(s): {', '.join(unknown)}")
+            return
+        classes: list[type[KwargsHandler]] = []
+
+        def register(cls: type[KwargsHandler]) -> None:
+            reason = check_handler_class(cls)
+            if reason is not None:
+                raise PluginError(record.name, record.distribution, reason)
+            if cls not in classes:
+                classes.append(cls)
+
+        impls = [
+            impl
+            for impl in self.pm.hook.accelkw_register_handlers.get_hookimpls()
+            if impl.plugin is plugin
+        ]
+        try:
+            for impl in impls:
+                impl.function(register=register)
+        except PluginError as exc:
+            self._reject(record, "InvalidHandler", exc.reason)
+            return
+        except Exception as exc:
+            self._reject(
+                record, type(exc).__name__, f"accelkw_register_handlers raised: {_exc_text(exc)}"
+            )
+            return
+        record.handlers = classes
+
+    def _reject(self, record: PluginRecord, kind: str, message: str) -> None:
+        record.fail(FAILED, kind, message)
+        if record.plugin is not None:
+            self.pm.unregister(record.plugin)
+            record.plugin = None
+
+    # -- queries -------------------------------------------------------------------------------
+
+    def plugins(self) -> list[PluginRecord]:
+        """Every plugin seen, sorted by name, with its status (after resolving conflicts)."""
+        self.load()
+        self._resolve()
+        return sorted(self._records.values(), key=lambda r: (r.name, r.distribution or ""))
+
+    def handlers(self) -> dict[str, HandlerInfo]:
+        """The usable handlers by registry name, sorted; conflicting names are left out."""
+        self.load()
+        return dict(self._resolve())
+
+    def get(self, name: str) -> HandlerInfo:
+        """The handler registered as ``name``; a ``PluginError`` lists the available names."""
+        handlers = self.handlers()
+        if name in handlers:
+            return handlers[name]
+        hint = suggest(name, handlers)
+        extra = f" Did you mean {hint!r}?" if hint else ""
+        available = ", ".join(handlers) or "none installed"
+        raise PluginError(
+            name, None, f"no handler named {name!r} is installed.{extra} Available: {available}"
+        )
+
+    def info_for(self, cls: type[KwargsHandler]) -> HandlerInfo | None:
+        """The registration of ``cls`` (or of the registered class it subclasses), if any."""
+        for info in self.handlers().values():
+            if info.cls is cls:
+                return info
+        for info in self.handlers().values():
+            if issubclass(cls, info.cls):
+                return info
+        return None
+
+    @property
+    def hook(self) -> Any:
+        """The pluggy hook relay, to call the other hooks (``accelkw_state_ready``, …)."""
+        self.load()
+        self._resolve()
+        return self.pm.hook
+
+    def _resolve(self) -> dict[str, HandlerInfo]:
+        if self._handlers is not None:
+            return self._handlers
+        claims: dict[str, list[tuple[PluginRecord, type[KwargsHandler]]]] = {}
+        for rec in self._records.values():
+            if rec.status == LOADED:
+                for cls in rec.handlers:
+                    claims.setdefault(cls.name, []).append((rec, cls))
+        handlers: dict[str, HandlerInfo] = {}
+        for hname, owners in sorted(claims.items()):
+            if len({id(cls) for _, cls in owners}) > 1:
+                who = " and ".join(
+                    f"{rec.distribution or 'code'} (plugin {rec.name!r}, class {cls.__qualname__})"
+                    for rec, cls in owners
+                )
+                for rec, _ in owners:
+                    rec.fail(
+                        CONFLICT,
+                        "HandlerNameConflict",
+                        f"handler name {hname!r} is claimed by {who}",
+                    )
+                    if rec.plugin is not None and self.pm.is_registered(rec.plugin):
+                        self.pm.unregister(rec.plugin)
+                continue
+            rec, cls = owners[0]
+            handlers[hname] = HandlerInfo(hname, cls, rec.name, rec.distribution, rec.version)
+        # A plugin marked conflict by one name loses its other handlers too: nothing half-loaded.
+        handlers = {n: i for n, i in handlers.items() if self._record_of(i).status == LOADED}
+        self._handlers = handlers
+        return handlers
+
+    def _record_of(self, info: HandlerInfo) -> PluginRecord:
+        for rec in self._records.values():
+            if rec.name == info.plugin and info.cls in rec.handlers:
+                return rec
+        raise KeyError(info.plugin)
+
+
+def _exc_text(exc: BaseException) -> str:
+    if isinstance(exc, SyntaxError):
+        return f"{exc.msg} ({exc.filename}, line {exc.lineno})"
+    return str(exc) or type(exc).__name__
+
+
+_default: Registry | None = None
+
+
+def get_registry() -> Registry:
+    """The process-wide registry, created (not loaded) on first use."""
+    global _default
+    if _default is None:
+        _default = Registry()
+    return _default
+
+
+def set_registry(registry: Registry | None) -> Callable[[], None]:
+    """Replace the process-wide registry (``None`` resets it); returns an undo function."""
+    global _default
+    previous = _default
+    _default = registry
+
+    def restore() -> None:
+        global _default
+        _default = previous
+
+    return restore

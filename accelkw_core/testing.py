@@ -1,0 +1,175 @@
+"""Helpers for testing handlers and plugins: isolated registries, states, real multi-process runs.
+
+Nothing here mocks torch: :func:`run_workers` starts real processes that form a real
+``torch.distributed`` group (gloo over loopback) when the target asks for one.
+"""
+
+from __future__ import annotations
+
+import multiprocessing as mp
+import os
+import queue
+import socket
+import traceback
+from collections.abc import Callable, Iterable, Sequence
+from typing import Any
+
+from accelkw_core.handler import KwargsHandler
+from accelkw_core.state import AcceleratorState
+
+__all__ = [
+    "WorkerFailed",
+    "apply_handler",
+    "free_port",
+    "isolated_registry",
+    "make_state",
+    "run_workers",
+]
+
+
+class WorkerFailed(AssertionError):
+    """A worker of :func:`run_workers` raised, died or timed out; the message holds its traceback."""
+
+
+def free_port() -> int:
+    """A TCP port on 127.0.0.1 that is free right now."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def make_state(
+    *,
+    world_size: int = 1,
+    rank: int = 0,
+    mixed_precision: str = "no",
+    device_type: str = "cpu",
+) -> AcceleratorState:
+    """A state for the given facts, with no process group and no environment read."""
+    return AcceleratorState(
+        mixed_precision=mixed_precision,
+        cpu=device_type == "cpu",
+        rank=rank,
+        local_rank=rank,
+        world_size=world_size,
+        local_world_size=world_size,
+        device_type=device_type,
+    )
+
+
+def apply_handler(
+    handler: KwargsHandler, state: AcceleratorState | None = None
+) -> AcceleratorState:
+    """Apply one handler to ``state`` (a fresh single-process CPU state by default) and return it.
+
+    Inspect ``state.log`` (or ``state.messages(handler.name)``) for what it did.
+    """
+    state = state if state is not None else make_state()
+    handler.apply(state)
+    state.handlers[handler.name] = handler
+    return state
+
+
+def isolated_registry(plugins: Iterable[object] = (), **kwargs: Any) -> Any:
+    """A registry that reads no entry points and holds only ``plugins`` (modules or objects)."""
+    from accelkw_core.registry import Registry
+
+    registry = Registry(autoload=False, **kwargs)
+    for plugin in plugins:
+        registry.register_plugin(plugin)
+    return registry
+
+
+def _worker(
+    target: Callable[..., Any],
+    rank: int,
+    world_size: int,
+    port: int,
+    args: Sequence[Any],
+    results: Any,
+) -> None:
+    os.environ.update(
+        MASTER_ADDR="127.0.0.1",
+        MASTER_PORT=str(port),
+        RANK=str(rank),
+        LOCAL_RANK=str(rank),
+        WORLD_SIZE=str(world_size),
+        LOCAL_WORLD_SIZE=str(world_size),
+    )
+    try:
+        value = target(rank, *args)
+    except BaseException:
+        results.put((rank, False, traceback.format_exc()))
+    else:
+        results.put((rank, True, value))
+
+
+def run_workers(
+    target: Callable[..., Any],
+    world_size: int = 2,
+    *,
+    args: Sequence[Any] = (),
+    timeout: float = 60.0,
+    allow_failures: bool = False,
+) -> list[Any]:
+    """Run ``target(rank, *args)`` in ``world_size`` fresh processes with torchrun's variables set.
+
+    Returns the per-rank return values (which must pickle), in rank order. A worker that raises,
+    dies or outlives ``timeout`` seconds fails the call with :class:`WorkerFailed`, after every
+    worker is killed, so a broken collective never hangs a test suite. With ``allow_failures``,
+    a failed rank's entry is ``WorkerFailed`` holding its traceback instead.
+    """
+    ctx = mp.get_context("spawn")
+    results = ctx.Queue()
+    port = free_port()
+    procs = [
+        ctx.Process(
+            target=_worker, args=(target, r, world_size, port, tuple(args), results), daemon=True
+        )
+        for r in range(world_size)
+    ]
+    for p in procs:
+        p.start()
+    import time
+
+    deadline = time.monotonic() + timeout
+    collected: dict[int, tuple[bool, Any]] = {}
+    try:
+        while len(collected) < world_size:
+            remaining = deadline - time.monotonic()
+            if remaining <= 0:
+                break
+            try:
+                rank, ok, value = results.get(timeout=min(remaining, 0.5))
+            except queue.Empty:
+                dead = [
+                    r for r, p in enumerate(procs) if p.exitcode is not None and r not in collected
+                ]
+                for r in dead:
+                    # A worker can exit before its result is flushed; give the queue a moment.
+                    try:
+                        rank, ok, value = results.get(timeout=1.0)
+                        collected[rank] = (ok, value)
+                    except queue.Empty:
+                        collected[r] = (False, f"rank {r} exited with code {procs[r].exitcode}")
+                continue
+            collected[rank] = (ok, value)
+    finally:
+        for p in procs:
+            if p.is_alive():
+                p.kill()
+        for p in procs:
+            p.join(timeout=10)
+    out: list[Any] = []
+    for r in range(world_size):
+        if r not in collected:
+            failure = WorkerFailed(f"rank {r} did not finish within {timeout:.0f}s")
+        elif not collected[r][0]:
+            failure = WorkerFailed(f"rank {r} failed:\n{collected[r][1]}")
+        else:
+            out.append(collected[r][1])
+            continue
+        if not allow_failures:
+            raise failure
+        out.append(failure)
+    return out

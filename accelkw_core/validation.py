@@ -1,0 +1,445 @@
+"""The one validated path from untrusted data (files, environment, CLI) to handler instances.
+
+Every field is checked against its annotation: ``bool``/``int``/``float``/``str``, ``Optional``
+and unions, ``Enum`` and ``Literal`` values (the member or its string value), ``timedelta``
+(seconds, or ``"90s"``/``"10m"``/``"1h"``), lists and dicts, and the ranges a field declares
+through :func:`~accelkw_core.handler.handler_field`.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import enum
+import importlib
+import json
+import re
+import types
+import typing
+from collections.abc import Callable, Mapping
+from datetime import timedelta
+from typing import Any, TypeVar
+
+from accelkw_core.errors import ConfigError, suggest
+
+__all__ = ["build_handler", "check_instance", "describe_type", "field_specs", "parse_duration"]
+
+H = TypeVar("H")
+
+_TRUE = {"true", "1", "yes", "on"}
+_FALSE = {"false", "0", "no", "off"}
+_DURATION = re.compile(r"(\d+(?:\.\d+)?)\s*(ms|s|m|h|d)", re.IGNORECASE)
+_UNIT_SECONDS = {"ms": 0.001, "s": 1.0, "m": 60.0, "h": 3600.0, "d": 86400.0}
+
+
+class _Mismatch(Exception):
+    def __init__(self, expected: str, path: str = "", value: Any = None) -> None:
+        super().__init__(expected)
+        self.expected = expected
+        self.path = path
+        self.value = value
+
+
+@dataclasses.dataclass(frozen=True)
+class FieldSpec:
+    """A handler field as the validator and the docs see it."""
+
+    name: str
+    type: Any
+    default: Any
+    doc: str
+    ranges: dict[str, float]
+
+
+_SPECS: dict[type, dict[str, FieldSpec]] = {}
+
+
+def field_specs(cls: type) -> dict[str, FieldSpec]:
+    """The init fields of a handler class with resolved types, defaults, docs and ranges."""
+    specs = _SPECS.get(cls)
+    if specs is not None:
+        return specs
+    hints = typing.get_type_hints(cls)
+    specs = {}
+    for f in dataclasses.fields(cls):
+        if not f.init:
+            continue
+        if f.default is not dataclasses.MISSING:
+            default = f.default
+        elif f.default_factory is not dataclasses.MISSING:
+            default = f.default_factory()
+        else:
+            default = dataclasses.MISSING
+        meta = f.metadata
+        ranges = {k: meta[k] for k in ("ge", "gt", "le", "lt") if meta.get(k) is not None}
+        specs[f.name] = FieldSpec(
+            f.name, hints.get(f.name, Any), default, meta.get("doc", ""), ranges
+        )
+    _SPECS[cls] = specs
+    return specs
+
+
+def handler_label(cls: type) -> str:
+    return getattr(cls, "name", "") or cls.__name__
+
+
+def build_handler(
+    cls: type[H], data: Mapping[str, Any], *, strings: bool = False, import_callables: bool = False
+) -> H:
+    """Construct ``cls`` from ``data`` after checking every key and value.
+
+    ``strings`` accepts text forms of every type (environment variables). ``import_callables``
+    is the explicit opt-in that lets a ``"package.module:attribute"`` string name a callable;
+    without it, configuration never imports or runs code.
+    """
+    label = handler_label(cls)
+    if not isinstance(data, Mapping):
+        raise ConfigError(label, "<table>", data, "a table of field = value")
+    specs = field_specs(cls)
+    values: dict[str, Any] = {}
+    for key, raw in data.items():
+        if not isinstance(key, str) or key not in specs:
+            hint = suggest(str(key), specs) if isinstance(key, str) else None
+            raise ConfigError(
+                label,
+                str(key),
+                raw,
+                "a known field: " + ", ".join(specs),
+                suggestion=hint,
+            )
+        values[key] = _coerce_field(label, specs[key], raw, strings, False, import_callables)
+    try:
+        return cls(**values)
+    except ConfigError:
+        raise
+    except Exception as exc:
+        raise ConfigError(
+            label, "<construction>", dict(data), f"values {cls.__name__} accepts: {exc}"
+        ) from exc
+
+
+def check_instance(handler: Any, *, normalise: bool = True) -> None:
+    """Check every field of a handler built in code; with ``normalise``, store coerced values.
+
+    Normalising turns enum strings into members and ints into floats where a float is declared,
+    so ``comm_hook="fp16"`` works and is never silently ignored.
+    """
+    cls = type(handler)
+    label = handler_label(cls)
+    for spec in field_specs(cls).values():
+        value = getattr(handler, spec.name)
+        coerced = _coerce_field(label, spec, value, False, True, False)
+        if normalise and coerced is not value:
+            object.__setattr__(handler, spec.name, coerced)
+
+
+def _coerce_field(
+    label: str, spec: FieldSpec, raw: Any, strings: bool, trusted: bool, import_callables: bool
+) -> Any:
+    try:
+        value = _coerce(raw, spec.type, strings, trusted, import_callables)
+    except _Mismatch as err:
+        field = spec.name + err.path
+        raise ConfigError(label, field, err.value if err.path else raw, err.expected) from None
+    _check_range(label, spec, value)
+    return value
+
+
+def _check_range(label: str, spec: FieldSpec, value: Any) -> None:
+    if not spec.ranges or not isinstance(value, int | float) or isinstance(value, bool):
+        return
+    r = spec.ranges
+    ok = True
+    if "ge" in r:
+        ok = ok and value >= r["ge"]
+    if "gt" in r:
+        ok = ok and value > r["gt"]
+    if "le" in r:
+        ok = ok and value <= r["le"]
+    if "lt" in r:
+        ok = ok and value < r["lt"]
+    if not ok:
+        raise ConfigError(label, spec.name, value, f"a number {_range_text(r)}")
+
+
+def _range_text(r: Mapping[str, float]) -> str:
+    words = {"ge": ">=", "gt": ">", "le": "<=", "lt": "<"}
+    return " and ".join(f"{words[k]} {v:g}" for k, v in r.items())
+
+
+def describe_type(tp: Any) -> str:
+    """A reader's name for an annotation: ``int``, ``'no' | 'fp16'``, ``list[str] | None``."""
+    origin = typing.get_origin(tp)
+    args = typing.get_args(tp)
+    if tp is type(None):
+        return "None"
+    if tp is Any:
+        return "any"
+    if origin in (typing.Union, types.UnionType):
+        return " | ".join(describe_type(a) for a in args)
+    if origin is typing.Literal:
+        return " | ".join(repr(_plain(a)) for a in args)
+    if isinstance(tp, type) and issubclass(tp, enum.Enum):
+        return tp.__name__
+    if origin in (list, tuple, set, frozenset):
+        return (
+            f"{origin.__name__}[{', '.join(describe_type(a) for a in args)}]"
+            if args
+            else origin.__name__
+        )
+    if origin is dict:
+        return f"dict[{describe_type(args[0])}, {describe_type(args[1])}]" if args else "dict"
+    if origin is not None and getattr(origin, "__name__", "") == "Callable":
+        return "Callable"
+    if tp is Callable or origin is Callable:
+        return "Callable"
+    return getattr(tp, "__name__", str(tp))
+
+
+def _plain(value: Any) -> Any:
+    return value.value if isinstance(value, enum.Enum) else value
+
+
+def parse_duration(text: str) -> timedelta:
+    """``"90"``, ``"90s"``, ``"10m"``, ``"1h30m"``, ``"1.5h"``, ``"250ms"``, ``"1d"`` → timedelta."""
+    s = text.strip()
+    try:
+        return timedelta(seconds=float(s))
+    except ValueError:
+        pass
+    pos = 0
+    total = 0.0
+    for m in _DURATION.finditer(s):
+        if s[pos : m.start()].strip():
+            raise ValueError(text)
+        total += float(m.group(1)) * _UNIT_SECONDS[m.group(2).lower()]
+        pos = m.end()
+    if pos == 0 or s[pos:].strip():
+        raise ValueError(text)
+    return timedelta(seconds=total)
+
+
+def _expected(tp: Any) -> str:
+    origin = typing.get_origin(tp)
+    if isinstance(tp, type) and issubclass(tp, enum.Enum):
+        return "one of " + ", ".join(repr(m.value) for m in tp)
+    if origin is typing.Literal:
+        return "one of " + ", ".join(repr(_plain(a)) for a in typing.get_args(tp))
+    if tp is timedelta:
+        return "a duration: seconds as a number, or a string like '90s', '10m', '1h'"
+    if tp is bool:
+        return "a boolean (true or false)"
+    if tp is int:
+        return "an integer"
+    if tp is float:
+        return "a number"
+    if tp is str:
+        return "a string"
+    return describe_type(tp)
+
+
+def _coerce(value: Any, tp: Any, strings: bool, trusted: bool, imp: bool) -> Any:
+    if tp is Any or tp is object:
+        return value
+    if tp is type(None) or tp is None:
+        if value is None or (
+            strings and isinstance(value, str) and value.lower() in ("none", "null")
+        ):
+            return None
+        raise _Mismatch("None")
+    origin = typing.get_origin(tp)
+    args = typing.get_args(tp)
+    if origin in (typing.Union, types.UnionType):
+        return _coerce_union(value, args, strings, trusted, imp)
+    if origin is typing.Literal:
+        return _coerce_literal(value, tp, args, strings)
+    if isinstance(tp, type) and issubclass(tp, enum.Enum):
+        return _coerce_enum(value, tp)
+    if tp is bool:
+        return _coerce_bool(value, strings)
+    if tp is int:
+        if isinstance(value, int) and not isinstance(value, bool):
+            return value
+        if strings and isinstance(value, str):
+            try:
+                return int(value.strip())
+            except ValueError:
+                pass
+        raise _Mismatch(_expected(tp))
+    if tp is float:
+        if isinstance(value, int | float) and not isinstance(value, bool):
+            return value if type(value) is float else float(value)
+        if strings and isinstance(value, str):
+            try:
+                return float(value.strip())
+            except ValueError:
+                pass
+        raise _Mismatch(_expected(tp))
+    if tp is str:
+        if isinstance(value, str):
+            return value
+        raise _Mismatch("a string")
+    if tp is timedelta:
+        return _coerce_timedelta(value)
+    if origin in (list, tuple, set, frozenset) or tp in (list, tuple):
+        return _coerce_list(value, tp, origin or tp, args, strings, trusted, imp)
+    if origin is dict or tp is dict:
+        return _coerce_dict(value, args, strings, trusted, imp)
+    if tp is Callable or origin is Callable or getattr(origin, "__name__", "") == "Callable":
+        return _coerce_callable(value, trusted, imp)
+    if isinstance(tp, type):
+        if isinstance(value, tp):
+            return value
+        raise _Mismatch(f"an instance of {tp.__name__}")
+    return value
+
+
+def _coerce_union(
+    value: Any, args: tuple[Any, ...], strings: bool, trusted: bool, imp: bool
+) -> Any:
+    if value is None and type(None) in args:
+        return None
+    expectations: list[str] = []
+    deepest: _Mismatch | None = None
+    for arm in args:
+        if arm is type(None) and not (strings and isinstance(value, str)):
+            expectations.append("None")
+            continue
+        try:
+            return _coerce(value, arm, strings, trusted, imp)
+        except _Mismatch as err:
+            if err.path:
+                deepest = err
+            expectations.append(err.expected)
+    if deepest is not None:
+        raise deepest
+    raise _Mismatch(" or ".join(dict.fromkeys(expectations)))
+
+
+def _coerce_literal(value: Any, tp: Any, args: tuple[Any, ...], strings: bool) -> Any:
+    for allowed in args:
+        if value == allowed and type(value) is type(allowed):
+            return allowed
+        if isinstance(allowed, enum.Enum) and isinstance(value, str) and value == allowed.value:
+            return allowed
+    if strings and isinstance(value, str):
+        for allowed in args:
+            if isinstance(allowed, str) and allowed.lower() == value.lower():
+                return allowed
+    raise _Mismatch(_expected(tp))
+
+
+def _coerce_enum(value: Any, tp: type[enum.Enum]) -> Any:
+    if isinstance(value, tp):
+        return value
+    if isinstance(value, str):
+        for member in tp:
+            if value == member.value or value.lower() == str(member.value).lower():
+                return member
+            if value.upper() == member.name:
+                return member
+    raise _Mismatch(_expected(tp))
+
+
+def _coerce_bool(value: Any, strings: bool) -> bool:
+    if isinstance(value, bool):
+        return value
+    if strings and isinstance(value, str):
+        low = value.strip().lower()
+        if low in _TRUE:
+            return True
+        if low in _FALSE:
+            return False
+    raise _Mismatch(_expected(bool))
+
+
+def _coerce_timedelta(value: Any) -> timedelta:
+    if isinstance(value, timedelta):
+        seconds = value.total_seconds()
+    elif isinstance(value, int | float) and not isinstance(value, bool):
+        seconds = float(value)
+    elif isinstance(value, str):
+        try:
+            seconds = parse_duration(value).total_seconds()
+        except (ValueError, OverflowError):
+            raise _Mismatch(_expected(timedelta)) from None
+    else:
+        raise _Mismatch(_expected(timedelta))
+    if not seconds > 0 or seconds > 10 * 365 * 86400:
+        raise _Mismatch("a positive duration of at most 10 years")
+    return value if isinstance(value, timedelta) else timedelta(seconds=seconds)
+
+
+def _coerce_list(
+    value: Any, tp: Any, kind: Any, args: tuple[Any, ...], strings: bool, trusted: bool, imp: bool
+) -> Any:
+    if strings and isinstance(value, str):
+        value = _parse_text_list(value)
+    if not isinstance(value, list | tuple):
+        raise _Mismatch(f"a list ({describe_type(tp)})")
+    item_tp = args[0] if args else Any
+    out = []
+    for i, item in enumerate(value):
+        try:
+            out.append(_coerce(item, item_tp, strings, trusted, imp))
+        except _Mismatch as err:
+            raise _Mismatch(
+                err.expected, f"[{i}]{err.path}", err.value if err.path else item
+            ) from None
+    if kind is tuple and isinstance(value, tuple):
+        return tuple(out)
+    return out if out != list(value) or type(value) is not list else value
+
+
+def _parse_text_list(text: str) -> Any:
+    s = text.strip()
+    if s.startswith("["):
+        try:
+            return json.loads(s)
+        except json.JSONDecodeError:
+            raise _Mismatch("a JSON list or comma-separated values") from None
+    return [part.strip() for part in s.split(",") if part.strip()]
+
+
+def _coerce_dict(value: Any, args: tuple[Any, ...], strings: bool, trusted: bool, imp: bool) -> Any:
+    if strings and isinstance(value, str):
+        try:
+            value = json.loads(value)
+        except json.JSONDecodeError:
+            raise _Mismatch("a JSON object") from None
+    if not isinstance(value, Mapping):
+        raise _Mismatch("a table (mapping)")
+    key_tp, val_tp = args if args else (Any, Any)
+    out = {}
+    changed = not isinstance(value, dict)
+    for k, v in value.items():
+        try:
+            ck = _coerce(k, key_tp, strings, trusted, imp)
+            cv = _coerce(v, val_tp, strings, trusted, imp)
+        except _Mismatch as err:
+            raise _Mismatch(
+                err.expected, f"[{k!r}]{err.path}", err.value if err.path else v
+            ) from None
+        changed = changed or ck is not k or cv is not v
+        out[ck] = cv
+    return out if changed else value
+
+
+def _coerce_callable(value: Any, trusted: bool, imp: bool) -> Any:
+    if trusted and callable(value):
+        return value
+    if imp and isinstance(value, str) and ":" in value:
+        module_name, _, attr = value.partition(":")
+        try:
+            obj: Any = importlib.import_module(module_name)
+            for part in attr.split("."):
+                obj = getattr(obj, part)
+        except Exception as exc:
+            raise _Mismatch(
+                f"an importable 'module:attribute' ({type(exc).__name__}: {exc})"
+            ) from None
+        if callable(obj):
+            return obj
+        raise _Mismatch("a 'module:attribute' that names a callable")
+    raise _Mismatch(
+        "a callable set in code (configuration never imports code unless import_callables is enabled)"
+    )
