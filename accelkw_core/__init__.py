@@ -8,6 +8,7 @@ from accelkw_core.errors import (
     ConfigError,
     HandlerApplyError,
     PluginError,
+    UnknownHandlerError,
 )
 from accelkw_core.handler import KwargsHandler, handler_field
 from accelkw_core.hookspecs import hookimpl, hookspec
@@ -26,6 +27,7 @@ __all__ = [
     "PluginError",
     "PluginRecord",
     "Registry",
+    "UnknownHandlerError",
     "__version__",
     "compose",
     "get_registry",

@@ -12,6 +12,7 @@ __all__ = [
     "ConfigError",
     "HandlerApplyError",
     "PluginError",
+    "UnknownHandlerError",
     "suggest",
 ]
 
@@ -85,6 +86,18 @@ class PluginError(AccelkwError):
         self.reason = reason
         dist = f" (distribution {distribution})" if distribution else ""
         super().__init__(f"plugin {plugin!r}{dist}: {reason}")
+
+
+class UnknownHandlerError(AccelkwError, LookupError):
+    """No installed handler has the requested registry name."""
+
+    def __init__(self, name: str, available: list[str], suggestion: str | None = None) -> None:
+        self.name = name
+        self.available = available
+        self.suggestion = suggestion
+        hint = f" Did you mean {suggestion!r}?" if suggestion else ""
+        names = ", ".join(available) or "none installed"
+        super().__init__(f"no handler named {name!r} is installed.{hint} Available: {names}")
 
 
 class ComposeError(AccelkwError, ValueError):

@@ -18,7 +18,7 @@ from typing import Any
 import pluggy
 
 from accelkw_core import hookspecs
-from accelkw_core.errors import PluginError, suggest
+from accelkw_core.errors import PluginError, UnknownHandlerError, suggest
 from accelkw_core.handler import KwargsHandler
 
 __all__ = [
@@ -213,7 +213,12 @@ class Registry:
 
     def _activate(self, record: PluginRecord, plugin: object) -> None:
         try:
-            self.pm.register(plugin, name=f"{record.name}@{id(plugin)}")
+            self.pm.register(
+                plugin,
+                name=record.name
+                if self.pm.get_plugin(record.name) is None
+                else f"{record.name}@{id(plugin)}",
+            )
         except Exception as exc:
             record.fail(FAILED, type(exc).__name__, _exc_text(exc))
             return

@@ -1,0 +1,126 @@
+"""``accelkw plugins list|show``: what is installed, where it came from and whether it loaded."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from typing import Any
+
+from accelkw_core.cli.render import jsonable, print_json, table
+
+__all__ = ["add_parser", "handler_fields", "plugin_json"]
+
+
+def add_parser(sub: Any) -> None:
+    plugins = sub.add_parser("plugins", help="list, inspect and create handler plugins")
+    psub = plugins.add_subparsers(dest="plugins_command", metavar="ACTION", required=True)
+
+    lst = psub.add_parser("list", help="every installed plugin and handler, with its status")
+    lst.add_argument("--json", action="store_true", help="print a JSON array of plugin objects")
+    lst.add_argument(
+        "--strict", action="store_true", help="exit 1 when any plugin failed or conflicts"
+    )
+    lst.set_defaults(func=cmd_list)
+
+    show = psub.add_parser("show", help="a handler's fields, types, defaults and documentation")
+    show.add_argument("name", help="the handler's registry name, e.g. autocast")
+    show.add_argument("--json", action="store_true", help="print JSON")
+    show.set_defaults(func=cmd_show)
+
+
+def handler_fields(cls: type) -> list[dict[str, Any]]:
+    """The fields of a handler class as ``{"name", "type", "default", "doc"}`` dicts."""
+    from accelkw_core.validation import describe_type, field_specs
+
+    return [
+        {
+            "name": spec.name,
+            "type": describe_type(spec.type),
+            "default": jsonable(spec.default),
+            "doc": spec.doc,
+        }
+        for spec in field_specs(cls).values()
+    ]
+
+
+def plugin_json(record: Any) -> dict[str, Any]:
+    handlers = []
+    for cls in record.handlers:
+        try:
+            fields = handler_fields(cls)
+        except Exception as exc:  # an annotation that cannot be resolved still lists
+            fields = [{"name": "?", "type": f"unresolvable: {exc}", "default": None, "doc": ""}]
+        handlers.append(
+            {"name": cls.name, "class": f"{cls.__module__}.{cls.__qualname__}", "fields": fields}
+        )
+    return {
+        "name": record.name,
+        "distribution": record.distribution,
+        "version": record.version,
+        "status": record.status,
+        "error": record.error,
+        "entry_point": record.entry_point,
+        "load_ms": round(record.load_ms, 3),
+        "handlers": handlers,
+    }
+
+
+def cmd_list(args: argparse.Namespace) -> int:
+    from accelkw_core.registry import get_registry
+
+    records = get_registry().plugins()
+    bad = [r for r in records if r.status in ("failed", "conflict")]
+    if args.json:
+        print_json([plugin_json(r) for r in records])
+    else:
+        rows = []
+        for r in records:
+            common = [r.name, r.distribution or "(code)", r.version or "-", r.status]
+            if r.handlers and r.status != "failed":
+                for cls in sorted(r.handlers, key=lambda c: c.name):
+                    rows.append([cls.name, cls.__name__, *common, r.reason])
+            else:
+                rows.append(["-", "-", *common, r.reason])
+        rows.sort(key=lambda row: (row[0] == "-", row[0], row[2]))
+        headers = ["HANDLER", "CLASS", "PLUGIN", "DISTRIBUTION", "VERSION", "STATUS", "REASON"]
+        if rows:
+            print(table(headers, rows))
+        else:
+            print("no accelkw plugins installed (pip install accelkw-autocast, ...)")
+    for r in bad:
+        print(f"accelkw: warning: plugin {r.name!r} {r.status}: {r.reason}", file=sys.stderr)
+    return 1 if args.strict and bad else 0
+
+
+def cmd_show(args: argparse.Namespace) -> int:
+    from accelkw_core.registry import get_registry
+
+    info = get_registry().get(args.name)
+    cls = info.cls
+    data = {
+        "name": info.name,
+        "class": f"{cls.__module__}.{cls.__qualname__}",
+        "plugin": info.plugin,
+        "distribution": info.distribution,
+        "version": info.version,
+        "after": list(cls.after),
+        "doc": (cls.__doc__ or "").strip(),
+        "fields": handler_fields(cls),
+    }
+    if args.json:
+        print_json(data)
+        return 0
+    print(f"{info.name}: {data['class']}")
+    print(
+        f"  provided by plugin {info.plugin!r} from {info.distribution or '(code)'} {info.version or ''}".rstrip()
+    )
+    if cls.after:
+        print(f"  applied after: {', '.join(cls.after)}")
+    if data["doc"]:
+        print()
+        for line in str(data["doc"]).splitlines():
+            print(f"  {line.strip()}")
+    print()
+    rows = [[f["name"], f["type"], repr(f["default"]), f["doc"]] for f in data["fields"]]
+    print(table(["FIELD", "TYPE", "DEFAULT", "DOC"], rows))
+    return 0
