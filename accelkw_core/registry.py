@@ -276,16 +276,11 @@ class Registry:
         return dict(self._resolve())
 
     def get(self, name: str) -> HandlerInfo:
-        """The handler registered as ``name``; a ``PluginError`` lists the available names."""
+        """The handler registered as ``name``; an ``UnknownHandlerError`` lists the available names."""
         handlers = self.handlers()
         if name in handlers:
             return handlers[name]
-        hint = suggest(name, handlers)
-        extra = f" Did you mean {hint!r}?" if hint else ""
-        available = ", ".join(handlers) or "none installed"
-        raise PluginError(
-            name, None, f"no handler named {name!r} is installed.{extra} Available: {available}"
-        )
+        raise UnknownHandlerError(name, list(handlers), suggest(name, handlers))
 
     def info_for(self, cls: type[KwargsHandler]) -> HandlerInfo | None:
         """The registration of ``cls`` (or of the registered class it subclasses), if any."""
