@@ -1,0 +1,210 @@
+"""AutocastKwargs with real torch.autocast on CPU: dtypes, nesting, defaults, validation, plugin."""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import subprocess
+import sys
+import timeit
+
+import accelkw_autocast
+import accelkw_autocast.plugin
+import pytest
+import torch
+from accelkw_autocast import AutocastKwargs
+
+from accelkw_core import ConfigError, compose
+from accelkw_core.testing import apply_handler, isolated_registry, make_state
+
+# Accelerate's AutocastKwargs: field names, defaults and order are a public contract.
+REFERENCE_FIELDS = [("enabled", True), ("cache_enabled", None)]
+
+
+def matmul_dtype() -> torch.dtype:
+    a = torch.randn(4, 4)
+    return (a @ a).dtype
+
+
+@pytest.mark.parametrize(("mode", "dtype"), [("bf16", torch.bfloat16), ("fp16", torch.float16)])
+def test_matmul_inside_context_runs_in_the_mixed_precision_dtype(
+    mode: str, dtype: torch.dtype
+) -> None:
+    state = apply_handler(AutocastKwargs(), make_state(mixed_precision=mode))
+    assert state.autocast_factory is not None
+    with state.autocast_factory():
+        assert matmul_dtype() == dtype
+    assert matmul_dtype() == torch.float32
+
+
+def test_disabled_handler_keeps_float32() -> None:
+    state = make_state(mixed_precision="bf16")
+    with AutocastKwargs(enabled=False).context(state):
+        assert matmul_dtype() == torch.float32
+
+
+def test_nested_handler_overrides_then_restores_the_outer_setting() -> None:
+    bf16 = make_state(mixed_precision="bf16")
+    fp16 = make_state(mixed_precision="fp16")
+    with AutocastKwargs().context(bf16):
+        assert matmul_dtype() == torch.bfloat16
+        with AutocastKwargs(enabled=False).context(bf16):
+            assert matmul_dtype() == torch.float32
+        assert matmul_dtype() == torch.bfloat16
+        with AutocastKwargs(cache_enabled=False).context(fp16):
+            assert matmul_dtype() == torch.float16
+        assert matmul_dtype() == torch.bfloat16
+    assert matmul_dtype() == torch.float32
+
+
+def test_cache_enabled_is_passed_only_when_set() -> None:
+    state = make_state(mixed_precision="bf16")
+    assert "cache_enabled" not in (AutocastKwargs().autocast_kwargs(state) or {})
+    kwargs = AutocastKwargs(cache_enabled=False).autocast_kwargs(state)
+    assert kwargs == {
+        "device_type": "cpu",
+        "dtype": torch.bfloat16,
+        "enabled": True,
+        "cache_enabled": False,
+    }
+
+
+def test_mixed_precision_no_is_a_recorded_no_op() -> None:
+    state = apply_handler(AutocastKwargs(), make_state(mixed_precision="no"))
+    assert state.autocast_factory is contextlib.nullcontext
+    with state.autocast_factory():
+        assert matmul_dtype() == torch.float32
+    (entry,) = state.log
+    assert entry.message == "mixed precision 'no': autocast not used"
+    assert entry.applied is False
+
+
+def test_mixed_precision_no_says_which_explicit_settings_have_no_effect() -> None:
+    state = apply_handler(AutocastKwargs(cache_enabled=True), make_state())
+    (message,) = state.messages("autocast")
+    assert message.startswith("mixed precision 'no': autocast not used")
+    assert "cache_enabled=True" in message
+
+
+def test_apply_records_what_it_does_and_describe_matches() -> None:
+    handler = AutocastKwargs(cache_enabled=True)
+    state = make_state(mixed_precision="fp16")
+    described = handler.describe(state)
+    assert state.log == [] and state.autocast_factory is None  # describe changes nothing
+    apply_handler(handler, state)
+    (entry,) = state.log
+    assert entry.applied is True
+    assert entry.message == described
+    assert described == (
+        "torch.autocast(device_type='cpu', dtype=torch.float16, enabled=True, "
+        "cache_enabled=True) around forward passes"
+    )
+
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason="needs a machine without CUDA")
+def test_autocast_torch_would_disable_is_an_error_not_a_silent_drop() -> None:
+    state = make_state(mixed_precision="bf16", device_type="cuda")
+    with pytest.raises(ConfigError, match="CUDA is not available"):
+        AutocastKwargs().apply(state)
+
+
+def test_entering_the_factory_context_costs_about_what_raw_autocast_costs() -> None:
+    state = apply_handler(AutocastKwargs(), make_state(mixed_precision="bf16"))
+    factory = state.autocast_factory
+    assert factory is not None
+
+    def raw() -> None:
+        with torch.autocast(device_type="cpu", dtype=torch.bfloat16, enabled=True):
+            pass
+
+    def ours() -> None:
+        with factory():
+            pass
+
+    n = 2000
+    raw_us = min(timeit.repeat(raw, number=n, repeat=5)) / n * 1e6
+    ours_us = min(timeit.repeat(ours, number=n, repeat=5)) / n * 1e6
+    assert ours_us < raw_us + 5.0, (ours_us, raw_us)
+
+
+def test_fields_defaults_and_order_match_the_reference() -> None:
+    fields = [(f.name, f.default) for f in dataclasses.fields(AutocastKwargs)]
+    assert fields == REFERENCE_FIELDS
+    assert AutocastKwargs.name == "autocast"
+
+
+@pytest.mark.parametrize(
+    ("handler", "expected"),
+    [
+        (AutocastKwargs(), {}),
+        (AutocastKwargs(cache_enabled=True), {"cache_enabled": True}),
+        (AutocastKwargs(enabled=False), {"enabled": False}),
+        (AutocastKwargs(enabled=True), {}),
+    ],
+)
+def test_to_kwargs_keeps_the_reference_semantics(
+    handler: AutocastKwargs, expected: dict[str, object]
+) -> None:
+    assert handler.to_kwargs() == expected
+
+
+def test_explicit_kwargs_keeps_a_value_equal_to_the_default() -> None:
+    assert AutocastKwargs(enabled=True).explicit_kwargs() == {"enabled": True}
+
+
+def test_from_mapping_accepts_text_forms() -> None:
+    handler = AutocastKwargs.from_mapping(
+        {"enabled": "false", "cache_enabled": "none"}, strings=True
+    )
+    assert handler == AutocastKwargs(enabled=False, cache_enabled=None)
+
+
+@pytest.mark.parametrize(
+    ("data", "field", "fragment"),
+    [
+        ({"enabeld": False}, "enabeld", "did you mean 'enabled'"),
+        ({"enabled": "yes"}, "enabled", "a boolean"),
+        ({"cache_enabled": 1}, "cache_enabled", "a boolean"),
+    ],
+)
+def test_from_mapping_errors_name_the_field(
+    data: dict[str, object], field: str, fragment: str
+) -> None:
+    with pytest.raises(ConfigError) as err:
+        AutocastKwargs.from_mapping(data)
+    assert err.value.handler == "autocast"
+    assert err.value.field == field
+    assert fragment in str(err.value)
+
+
+def test_a_wrong_type_in_code_is_an_error() -> None:
+    with pytest.raises(ConfigError, match=r"autocast\.enabled"):
+        AutocastKwargs(enabled="no")  # type: ignore[arg-type]
+
+
+def test_importing_the_plugin_does_not_import_torch() -> None:
+    code = (
+        "import sys, accelkw_autocast, accelkw_autocast.plugin; "
+        "assert 'torch' not in sys.modules, 'torch imported'"
+    )
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0, proc.stderr
+
+
+def test_plugin_registers_through_an_isolated_registry() -> None:
+    registry = isolated_registry([accelkw_autocast.plugin])
+    (record,) = registry.plugins()
+    assert record.status == "loaded", record.error
+    assert record.handlers == [AutocastKwargs]
+    assert registry.get("autocast").cls is AutocastKwargs
+    assert accelkw_autocast.AutocastKwargs is AutocastKwargs
+
+
+def test_compose_fills_the_autocast_slot() -> None:
+    registry = isolated_registry([accelkw_autocast.plugin])
+    state = make_state(mixed_precision="bf16")
+    (applied,) = compose(state, [], registry=registry)
+    assert isinstance(applied, AutocastKwargs)
+    assert state.autocast_factory is not None
+    with state.autocast_factory():
+        assert matmul_dtype() == torch.bfloat16
