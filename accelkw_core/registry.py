@@ -340,7 +340,8 @@ class Registry:
 def _exc_text(exc: BaseException) -> str:
     if isinstance(exc, SyntaxError):
         return f"{exc.msg} ({exc.filename}, line {exc.lineno})"
-    return str(exc) or type(exc).__name__
+    # One line, so a status fits a table row; pluggy's validation messages span several.
+    return " ".join(str(exc).split()) or type(exc).__name__
 
 
 _default: Registry | None = None

@@ -296,7 +296,9 @@ def _coerce(value: Any, tp: Any, strings: bool, trusted: bool, imp: bool) -> Any
 def _coerce_union(
     value: Any, args: tuple[Any, ...], strings: bool, trusted: bool, imp: bool
 ) -> Any:
-    if value is None and type(None) in args:
+    if type(None) in args and (
+        value is None or (strings and isinstance(value, str) and value.lower() in ("none", "null"))
+    ):
         return None
     expectations: list[str] = []
     deepest: _Mismatch | None = None

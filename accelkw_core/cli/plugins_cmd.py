@@ -97,7 +97,8 @@ def cmd_show(args: argparse.Namespace) -> int:
 
     info = get_registry().get(args.name)
     cls = info.cls
-    data = {
+    fields = handler_fields(cls)
+    data: dict[str, Any] = {
         "name": info.name,
         "class": f"{cls.__module__}.{cls.__qualname__}",
         "plugin": info.plugin,
@@ -105,7 +106,7 @@ def cmd_show(args: argparse.Namespace) -> int:
         "version": info.version,
         "after": list(cls.after),
         "doc": (cls.__doc__ or "").strip(),
-        "fields": handler_fields(cls),
+        "fields": fields,
     }
     if args.json:
         print_json(data)
@@ -121,6 +122,6 @@ def cmd_show(args: argparse.Namespace) -> int:
         for line in str(data["doc"]).splitlines():
             print(f"  {line.strip()}")
     print()
-    rows = [[f["name"], f["type"], repr(f["default"]), f["doc"]] for f in data["fields"]]
+    rows = [[f["name"], f["type"], repr(f["default"]), f["doc"]] for f in fields]
     print(table(["FIELD", "TYPE", "DEFAULT", "DOC"], rows))
     return 0
