@@ -1,0 +1,222 @@
+"""GradScalerKwargs with real torch.amp.GradScaler steps on CPU, defaults, validation, plugin."""
+
+from __future__ import annotations
+
+import dataclasses
+import subprocess
+import sys
+
+import accelkw_grad_scaler
+import accelkw_grad_scaler.plugin
+import pytest
+import torch
+from accelkw_grad_scaler import GradScalerKwargs
+
+from accelkw_core import ConfigError, compose
+from accelkw_core.testing import apply_handler, isolated_registry, make_state
+
+# Accelerate's GradScalerKwargs: field names, defaults and order are a public contract.
+REFERENCE_FIELDS = [
+    ("init_scale", 65536.0),
+    ("growth_factor", 2.0),
+    ("backoff_factor", 0.5),
+    ("growth_interval", 2000),
+    ("enabled", True),
+]
+
+
+class TinyTrainer:
+    """A two-output linear model and SGD, stepped through a scaler as the runtime does."""
+
+    def __init__(self) -> None:
+        torch.manual_seed(0)
+        self.model = torch.nn.Linear(3, 2)
+        self.opt = torch.optim.SGD(self.model.parameters(), lr=0.1)
+
+    def step(self, scaler: torch.amp.GradScaler, inf_grad: bool = False) -> bool:
+        """One scaled step; returns whether the parameters changed."""
+        self.opt.zero_grad()
+        loss = self.model(torch.randn(4, 3)).pow(2).mean()
+        scaler.scale(loss).backward()
+        if inf_grad:
+            grad = self.model.weight.grad
+            assert grad is not None
+            grad[0, 0] = float("inf")
+        before = [p.detach().clone() for p in self.model.parameters()]
+        scaler.step(self.opt)
+        scaler.update()
+        after = self.model.parameters()
+        return any(not torch.equal(b, p) for b, p in zip(before, after, strict=True))
+
+
+@pytest.fixture
+def trainer() -> TinyTrainer:
+    return TinyTrainer()
+
+
+def fp16_scaler(handler: GradScalerKwargs) -> torch.amp.GradScaler:
+    state = apply_handler(handler, make_state(mixed_precision="fp16"))
+    assert isinstance(state.grad_scaler, torch.amp.GradScaler)
+    return state.grad_scaler
+
+
+def test_apply_creates_a_scaler_with_every_field() -> None:
+    handler = GradScalerKwargs(
+        init_scale=1024.0, growth_factor=3.0, backoff_factor=0.25, growth_interval=7
+    )
+    scaler = fp16_scaler(handler)
+    assert scaler.is_enabled()
+    assert scaler.get_scale() == 1024.0
+    assert scaler.get_growth_factor() == 3.0
+    assert scaler.get_backoff_factor() == 0.25
+    assert scaler.get_growth_interval() == 7
+
+
+def test_a_step_with_an_inf_gradient_is_skipped_and_the_scale_backs_off(
+    trainer: TinyTrainer,
+) -> None:
+    scaler = fp16_scaler(GradScalerKwargs(init_scale=1024.0, backoff_factor=0.25))
+    assert trainer.step(scaler, inf_grad=True) is False
+    assert scaler.get_scale() == 1024.0 * 0.25
+    assert trainer.step(scaler) is True  # a clean step after it updates the parameters again
+
+
+def test_the_scale_grows_after_growth_interval_clean_steps(trainer: TinyTrainer) -> None:
+    scaler = fp16_scaler(GradScalerKwargs(init_scale=8.0, growth_factor=4.0, growth_interval=3))
+    for _ in range(2):
+        assert trainer.step(scaler) is True
+        assert scaler.get_scale() == 8.0
+    assert trainer.step(scaler) is True
+    assert scaler.get_scale() == 32.0
+
+
+def test_an_inf_step_resets_the_growth_count(trainer: TinyTrainer) -> None:
+    scaler = fp16_scaler(GradScalerKwargs(init_scale=8.0, growth_interval=2))
+    trainer.step(scaler)
+    trainer.step(scaler, inf_grad=True)
+    assert scaler.get_scale() == 4.0
+    trainer.step(scaler)
+    assert scaler.get_scale() == 4.0
+    trainer.step(scaler)
+    assert scaler.get_scale() == 8.0
+
+
+def test_disabled_sets_a_pass_through_scaler_and_says_so(trainer: TinyTrainer) -> None:
+    state = apply_handler(GradScalerKwargs(enabled=False), make_state(mixed_precision="fp16"))
+    scaler = state.grad_scaler
+    assert isinstance(scaler, torch.amp.GradScaler)
+    assert not scaler.is_enabled()
+    loss = torch.tensor(2.0)
+    assert scaler.scale(loss) is loss
+    assert trainer.step(scaler) is True
+    (entry,) = state.log
+    assert "scaling is disabled" in entry.message
+    assert entry.applied is True
+
+
+@pytest.mark.parametrize("mode", ["bf16", "no"])
+def test_no_scaler_without_fp16_and_the_log_says_why(mode: str) -> None:
+    state = apply_handler(GradScalerKwargs(), make_state(mixed_precision=mode))
+    assert state.grad_scaler is None
+    (entry,) = state.log
+    assert entry.applied is False
+    assert entry.message == (
+        f"mixed precision {mode!r}: no GradScaler created (loss scaling is only needed for fp16)"
+    )
+
+
+def test_explicit_settings_without_fp16_are_named_as_unused() -> None:
+    state = apply_handler(GradScalerKwargs(init_scale=65536.0), make_state(mixed_precision="bf16"))
+    (message,) = state.messages("grad_scaler")
+    assert message.endswith("init_scale=65536.0 has no effect")
+
+
+def test_describe_matches_apply_and_creates_nothing() -> None:
+    handler = GradScalerKwargs(backoff_factor=0.25)
+    state = make_state(mixed_precision="fp16")
+    text = handler.describe(state)
+    assert state.grad_scaler is None and state.log == []
+    apply_handler(handler, state)
+    assert state.messages("grad_scaler") == [text]
+    assert text == (
+        "torch.amp.GradScaler('cpu', init_scale=65536, growth_factor=2, backoff_factor=0.25, "
+        "growth_interval=2000)"
+    )
+
+
+def test_fields_defaults_and_order_match_the_reference() -> None:
+    fields = [(f.name, f.default) for f in dataclasses.fields(GradScalerKwargs)]
+    assert fields == REFERENCE_FIELDS
+    assert GradScalerKwargs.name == "grad_scaler"
+    assert GradScalerKwargs.after == ("autocast",)
+
+
+def test_to_kwargs_keeps_the_reference_semantics() -> None:
+    assert GradScalerKwargs(backoff_factor=0.25).to_kwargs() == {"backoff_factor": 0.25}
+    assert GradScalerKwargs().to_kwargs() == {}
+    assert GradScalerKwargs(init_scale=65536.0).explicit_kwargs() == {"init_scale": 65536.0}
+
+
+def test_an_int_is_accepted_where_a_float_is_declared() -> None:
+    handler = GradScalerKwargs(init_scale=1024)
+    assert handler.init_scale == 1024.0 and isinstance(handler.init_scale, float)
+
+
+@pytest.mark.parametrize(
+    ("field", "value", "fragment"),
+    [
+        ("init_scale", 0.0, "> 0"),
+        ("init_scale", float("inf"), "a finite number"),
+        ("growth_factor", 1.0, "> 1"),
+        ("growth_factor", float("inf"), "a finite number"),
+        ("backoff_factor", 1.0, "< 1"),
+        ("backoff_factor", 0.0, "> 0"),
+        ("growth_interval", 0, ">= 1"),
+        ("growth_interval", 2.5, "an integer"),
+        ("enabled", "yes", "a boolean"),
+    ],
+)
+def test_out_of_range_values_name_the_field(field: str, value: object, fragment: str) -> None:
+    with pytest.raises(ConfigError) as err:
+        GradScalerKwargs.from_mapping({field: value})
+    assert err.value.handler == "grad_scaler"
+    assert err.value.field == field
+    assert fragment in str(err.value)
+
+
+def test_from_mapping_suggests_a_close_field_name() -> None:
+    with pytest.raises(ConfigError, match="did you mean 'backoff_factor'"):
+        GradScalerKwargs.from_mapping({"backoff_filter": 0.25})
+
+
+def test_from_mapping_accepts_text_forms() -> None:
+    handler = GradScalerKwargs.from_mapping(
+        {"init_scale": "1024", "growth_interval": "10", "enabled": "false"}, strings=True
+    )
+    assert handler == GradScalerKwargs(init_scale=1024.0, growth_interval=10, enabled=False)
+
+
+def test_importing_the_plugin_does_not_import_torch() -> None:
+    code = (
+        "import sys, accelkw_grad_scaler, accelkw_grad_scaler.plugin; "
+        "assert 'torch' not in sys.modules, 'torch imported'"
+    )
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0, proc.stderr
+
+
+def test_plugin_registers_through_an_isolated_registry() -> None:
+    registry = isolated_registry([accelkw_grad_scaler.plugin])
+    (record,) = registry.plugins()
+    assert record.status == "loaded", record.error
+    assert record.handlers == [GradScalerKwargs]
+    assert registry.get("grad_scaler").cls is GradScalerKwargs
+    assert accelkw_grad_scaler.GradScalerKwargs is GradScalerKwargs
+
+
+def test_compose_fills_the_grad_scaler_slot() -> None:
+    registry = isolated_registry([accelkw_grad_scaler.plugin])
+    state = make_state(mixed_precision="fp16")
+    (applied,) = compose(state, [GradScalerKwargs(growth_interval=5)], registry=registry)
+    assert isinstance(applied, GradScalerKwargs)
+    assert state.grad_scaler.get_growth_interval() == 5
