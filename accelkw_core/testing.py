@@ -10,16 +10,22 @@ import multiprocessing as mp
 import os
 import queue
 import socket
+import time
 import traceback
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+from contextlib import contextmanager
 from typing import Any
 
+from accelkw_core.compose import compose, handler_key
 from accelkw_core.handler import KwargsHandler
+from accelkw_core.registry import Registry
 from accelkw_core.state import AcceleratorState
 
 __all__ = [
     "WorkerFailed",
+    "applied",
     "apply_handler",
+    "compose_handlers",
     "free_port",
     "isolated_registry",
     "make_state",
@@ -44,15 +50,20 @@ def make_state(
     rank: int = 0,
     mixed_precision: str = "no",
     device_type: str = "cpu",
+    local_rank: int | None = None,
+    local_world_size: int | None = None,
 ) -> AcceleratorState:
-    """A state for the given facts, with no process group and no environment read."""
+    """A state for the given facts, with no process group and no environment read.
+
+    The local rank and local world size default to the global ones (one machine).
+    """
     return AcceleratorState(
         mixed_precision=mixed_precision,
         cpu=device_type == "cpu",
         rank=rank,
-        local_rank=rank,
+        local_rank=rank if local_rank is None else local_rank,
         world_size=world_size,
-        local_world_size=world_size,
+        local_world_size=world_size if local_world_size is None else local_world_size,
         device_type=device_type,
     )
 
@@ -62,22 +73,70 @@ def apply_handler(
 ) -> AcceleratorState:
     """Apply one handler to ``state`` (a fresh single-process CPU state by default) and return it.
 
-    Inspect ``state.log`` (or ``state.messages(handler.name)``) for what it did.
+    Only ``handler.apply`` runs: no other handler, no hook, no rollback, so its own exception
+    reaches the test. Inspect ``state.messages(handler.name)`` (or ``state.log``) for what it
+    did, and call ``state.run_teardowns()`` to undo it (or use :func:`applied`).
     """
     state = state if state is not None else make_state()
     handler.apply(state)
-    state.handlers[handler.name] = handler
+    state.handlers[handler_key(handler)] = handler
     return state
 
 
-def isolated_registry(plugins: Iterable[object] = (), **kwargs: Any) -> Any:
-    """A registry that reads no entry points and holds only ``plugins`` (modules or objects)."""
-    from accelkw_core.registry import Registry
+def isolated_registry(plugins: Iterable[object] = (), **kwargs: Any) -> Registry:
+    """A registry that reads no entry points and holds only ``plugins`` (modules or objects).
 
+    ``kwargs`` go to :class:`~accelkw_core.registry.Registry` (``allow``, ``deny``, ...).
+    """
     registry = Registry(autoload=False, **kwargs)
     for plugin in plugins:
         registry.register_plugin(plugin)
     return registry
+
+
+def compose_handlers(
+    handlers: Sequence[KwargsHandler] = (),
+    *,
+    plugins: Iterable[object] = (),
+    state: AcceleratorState | None = None,
+    include_defaults: bool = True,
+) -> AcceleratorState:
+    """Compose ``handlers`` as the runtime does, in an isolated registry of ``plugins``.
+
+    The handlers of ``plugins`` that are not in ``handlers`` join with default values (unless
+    ``include_defaults`` is false), everything is ordered by ``after`` and applied, and the
+    ``accelkw_state_ready`` hooks of ``plugins`` run. A failing ``apply`` rolls back and raises
+    :class:`~accelkw_core.errors.HandlerApplyError`. Returns the state (a fresh single-process
+    CPU state by default); ``state.handlers`` lists what was applied, in order.
+    """
+    state = state if state is not None else make_state()
+    compose(state, handlers, registry=isolated_registry(plugins), include_defaults=include_defaults)
+    return state
+
+
+@contextmanager
+def applied(
+    *handlers: KwargsHandler,
+    plugins: Iterable[object] = (),
+    state: AcceleratorState | None = None,
+    include_defaults: bool = False,
+) -> Iterator[AcceleratorState]:
+    """Compose ``handlers`` (see :func:`compose_handlers`), yield the state, then undo them.
+
+    The teardowns run on exit even when the block raises, so a handler that changes process-wide
+    settings leaves nothing behind; a teardown that fails is reported as an ``AssertionError``.
+    """
+    state = compose_handlers(
+        handlers, plugins=plugins, state=state, include_defaults=include_defaults
+    )
+    try:
+        yield state
+    finally:
+        failures = state.run_teardowns()
+    if failures:
+        raise AssertionError(
+            "teardown failed: " + "; ".join(f"{name}: {err!r}" for name, err in failures)
+        )
 
 
 def _worker(
@@ -86,8 +145,10 @@ def _worker(
     world_size: int,
     port: int,
     args: Sequence[Any],
+    env: Mapping[str, str],
     results: Any,
 ) -> None:
+    os.environ.update(env)
     os.environ.update(
         MASTER_ADDR="127.0.0.1",
         MASTER_PORT=str(port),
@@ -111,6 +172,7 @@ def run_workers(
     args: Sequence[Any] = (),
     timeout: float = 60.0,
     allow_failures: bool = False,
+    env: Mapping[str, str] | None = None,
 ) -> list[Any]:
     """Run ``target(rank, *args)`` in ``world_size`` fresh processes with torchrun's variables set.
 
@@ -118,20 +180,23 @@ def run_workers(
     dies or outlives ``timeout`` seconds fails the call with :class:`WorkerFailed`, after every
     worker is killed, so a broken collective never hangs a test suite. With ``allow_failures``,
     a failed rank's entry is ``WorkerFailed`` holding its traceback instead.
+
+    ``env`` adds environment variables in every worker (torchrun's variables take precedence).
+    ``target`` must be importable by the children: a module-level function, not a lambda.
     """
     ctx = mp.get_context("spawn")
     results = ctx.Queue()
     port = free_port()
     procs = [
         ctx.Process(
-            target=_worker, args=(target, r, world_size, port, tuple(args), results), daemon=True
+            target=_worker,
+            args=(target, r, world_size, port, tuple(args), dict(env or {}), results),
+            daemon=True,
         )
         for r in range(world_size)
     ]
     for p in procs:
         p.start()
-    import time
-
     deadline = time.monotonic() + timeout
     collected: dict[int, tuple[bool, Any]] = {}
     try:
@@ -151,7 +216,7 @@ def run_workers(
                         rank, ok, value = results.get(timeout=1.0)
                         collected[rank] = (ok, value)
                     except queue.Empty:
-                        collected[r] = (False, f"rank {r} exited with code {procs[r].exitcode}")
+                        collected[r] = (False, _silent_exit(r, procs[r].exitcode))
                 continue
             collected[rank] = (ok, value)
     finally:
@@ -173,3 +238,12 @@ def run_workers(
             raise failure
         out.append(failure)
     return out
+
+
+def _silent_exit(rank: int, code: int | None) -> str:
+    why = (
+        f"killed by signal {-code}"
+        if code is not None and code < 0
+        else "a crash, os._exit, or a return value that does not pickle"
+    )
+    return f"rank {rank} exited with code {code} without reporting a result ({why})"
