@@ -1,25 +1,71 @@
-"""accelkw: Accelerate-style kwargs handlers as independently installable plugins."""
+"""accelkw: Accelerate-style kwargs handlers as independently installable plugins.
+
+Names are re-exported lazily (PEP 562): ``accelkw plugins list`` must start in a few
+milliseconds, so importing the package does not import every submodule up front.
+"""
+
+from __future__ import annotations
+
+import importlib
+from typing import TYPE_CHECKING, Any
 
 from accelkw_core._version import __version__
-from accelkw_core.compose import compose, order_handlers, resolve_handlers
-from accelkw_core.errors import (
-    AccelkwError,
-    ComposeError,
-    ConfigError,
-    HandlerApplyError,
-    PluginError,
-    UnknownHandlerError,
-)
-from accelkw_core.handler import KwargsHandler, handler_field
-from accelkw_core.hookspecs import hookimpl, hookspec
-from accelkw_core.registry import HandlerInfo, PluginRecord, Registry, get_registry, set_registry
-from accelkw_core.state import AcceleratorState, LogEntry
+
+if TYPE_CHECKING:
+    from accelkw_core.accelerator import Accelerator
+    from accelkw_core.compose import compose, order_handlers, resolve_handlers
+    from accelkw_core.errors import (
+        AccelkwError,
+        ComposeError,
+        ConfigError,
+        ConfigFileError,
+        HandlerApplyError,
+        PluginError,
+        UnknownHandlerError,
+    )
+    from accelkw_core.handler import KwargsHandler, handler_field
+    from accelkw_core.hookspecs import hookimpl, hookspec
+    from accelkw_core.registry import (
+        HandlerInfo,
+        PluginRecord,
+        Registry,
+        get_registry,
+        set_registry,
+    )
+    from accelkw_core.state import AcceleratorState, LogEntry
+
+_EXPORTS = {
+    "Accelerator": "accelkw_core.accelerator",
+    "compose": "accelkw_core.compose",
+    "order_handlers": "accelkw_core.compose",
+    "resolve_handlers": "accelkw_core.compose",
+    "AccelkwError": "accelkw_core.errors",
+    "ComposeError": "accelkw_core.errors",
+    "ConfigError": "accelkw_core.errors",
+    "ConfigFileError": "accelkw_core.errors",
+    "HandlerApplyError": "accelkw_core.errors",
+    "PluginError": "accelkw_core.errors",
+    "UnknownHandlerError": "accelkw_core.errors",
+    "KwargsHandler": "accelkw_core.handler",
+    "handler_field": "accelkw_core.handler",
+    "hookimpl": "accelkw_core.hookspecs",
+    "hookspec": "accelkw_core.hookspecs",
+    "HandlerInfo": "accelkw_core.registry",
+    "PluginRecord": "accelkw_core.registry",
+    "Registry": "accelkw_core.registry",
+    "get_registry": "accelkw_core.registry",
+    "set_registry": "accelkw_core.registry",
+    "AcceleratorState": "accelkw_core.state",
+    "LogEntry": "accelkw_core.state",
+}
 
 __all__ = [
+    "Accelerator",
     "AcceleratorState",
     "AccelkwError",
     "ComposeError",
     "ConfigError",
+    "ConfigFileError",
     "HandlerApplyError",
     "HandlerInfo",
     "KwargsHandler",
@@ -38,3 +84,16 @@ __all__ = [
     "resolve_handlers",
     "set_registry",
 ]
+
+
+def __getattr__(name: str) -> Any:
+    module = _EXPORTS.get(name)
+    if module is None:
+        raise AttributeError(f"module 'accelkw_core' has no attribute {name!r}")
+    value = getattr(importlib.import_module(module), name)
+    globals()[name] = value
+    return value
+
+
+def __dir__() -> list[str]:
+    return __all__

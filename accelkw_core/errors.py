@@ -2,14 +2,16 @@
 
 from __future__ import annotations
 
-import difflib
-from collections.abc import Iterable
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from collections.abc import Iterable
 
 __all__ = [
     "AccelkwError",
     "ComposeError",
     "ConfigError",
+    "ConfigFileError",
     "HandlerApplyError",
     "PluginError",
     "UnknownHandlerError",
@@ -23,6 +25,8 @@ class AccelkwError(Exception):
 
 def suggest(name: str, choices: Iterable[str]) -> str | None:
     """The closest of ``choices`` to ``name`` (a likely typo), or ``None``."""
+    import difflib
+
     matches = difflib.get_close_matches(name, list(choices), n=1, cutoff=0.6)
     return matches[0] if matches else None
 
@@ -75,6 +79,23 @@ class ConfigError(AccelkwError, ValueError):
             suggestion=self.suggestion,
             source=source,
         )
+
+
+class ConfigFileError(AccelkwError, ValueError):
+    """A configuration file cannot be used: missing, unreadable, not TOML, or the wrong shape.
+
+    Carries ``path``, ``reason`` and, for syntax errors, ``line`` and ``column``.
+    """
+
+    def __init__(
+        self, path: str, reason: str, *, line: int | None = None, column: int | None = None
+    ) -> None:
+        self.path = path
+        self.reason = reason
+        self.line = line
+        self.column = column
+        where = path if line is None else f"{path}:{line}" + (f":{column}" if column else "")
+        super().__init__(f"{where}: {reason}")
 
 
 class PluginError(AccelkwError):

@@ -2,11 +2,8 @@
 
 from __future__ import annotations
 
-import enum
-import json
 import sys
 from collections.abc import Sequence
-from datetime import timedelta
 from typing import Any
 
 __all__ = ["jsonable", "print_json", "table"]
@@ -16,6 +13,9 @@ def jsonable(value: Any) -> Any:
     """``value`` as plain JSON data: enums by value, durations in seconds, callables by name."""
     if value is None or isinstance(value, bool | int | float | str):
         return value
+    import enum
+    from datetime import timedelta
+
     if isinstance(value, enum.Enum):
         return jsonable(value.value)
     if isinstance(value, timedelta):
@@ -30,6 +30,8 @@ def jsonable(value: Any) -> Any:
 
 
 def print_json(data: Any) -> None:
+    import json
+
     json.dump(data, sys.stdout, indent=2)
     sys.stdout.write("\n")
 
