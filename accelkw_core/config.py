@@ -1,0 +1,229 @@
+"""Configuration files: where they are found, how they are read, and the shape they must have.
+
+A config is ``accelkw.toml``, or the ``[tool.accelkw]`` table of ``pyproject.toml``::
+
+    [accelerator]
+    mixed_precision = "bf16"      # "no" | "fp16" | "bf16"
+    cpu = false
+
+    [plugins]
+    disable = ["profile"]         # handler names not to compose (or enable = [...] for an allow-list)
+
+    [handlers.ddp]                # one table per handler, by registry name
+    bucket_cap_mb = 50
+
+Lookup: an explicit path (``Accelerator(config=...)``, ``--config``), else the ``ACCELKW_CONFIG``
+environment variable, else ``./accelkw.toml``, else ``./pyproject.toml`` when it has
+``[tool.accelkw]``. Reading a config never imports or runs code: TOML in, plain data out. The
+values of handler tables are checked later, by the handler classes (see :mod:`.settings`).
+"""
+
+from __future__ import annotations
+
+import os
+import tomllib
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from accelkw_core.errors import ConfigError, ConfigFileError, suggest
+from accelkw_core.state import MIXED_PRECISION_MODES
+
+__all__ = [
+    "CONFIG_ENV",
+    "CONFIG_FILE",
+    "ConfigFile",
+    "find_config",
+    "load_config",
+    "parse_config",
+    "read_toml",
+]
+
+CONFIG_ENV = "ACCELKW_CONFIG"
+CONFIG_FILE = "accelkw.toml"
+PYPROJECT = "pyproject.toml"
+SECTIONS = ("accelerator", "plugins", "handlers")
+ACCELERATOR_KEYS = ("mixed_precision", "cpu")
+PLUGINS_KEYS = ("enable", "disable")
+
+
+@dataclass
+class ConfigFile:
+    """A parsed config: the ``[accelerator]`` values, the ``[plugins]`` lists, the handler tables."""
+
+    path: Path | None = None
+    prefix: str = ""
+    accelerator: dict[str, Any] = field(default_factory=dict)
+    enable: list[str] | None = None
+    disable: list[str] = field(default_factory=list)
+    handlers: dict[str, dict[str, Any]] = field(default_factory=dict)
+
+    def where(self, table: str) -> str:
+        """``"accelkw.toml [handlers.ddp]"``: the file and table a value came from."""
+        return f"{self.path} [{self.prefix}{table}]"
+
+    @property
+    def label(self) -> str:
+        """The file, plus the table for ``pyproject.toml``; ``"(none)"`` without a file."""
+        if self.path is None:
+            return "(none)"
+        return f"{self.path} [{self.prefix.rstrip('.')}]" if self.prefix else str(self.path)
+
+
+def find_config(
+    explicit: str | os.PathLike[str] | None = None,
+    *,
+    env: Mapping[str, str] | None = None,
+    cwd: str | os.PathLike[str] | None = None,
+) -> Path | None:
+    """The config file to use, or ``None``; an explicit or ``ACCELKW_CONFIG`` path must exist."""
+    env = os.environ if env is None else env
+    chosen: str | os.PathLike[str] | None = explicit
+    how = "the config path given"
+    if chosen is None and env.get(CONFIG_ENV):
+        chosen, how = env[CONFIG_ENV], f"{CONFIG_ENV}"
+    base = Path(cwd) if cwd is not None else Path.cwd()
+    if chosen is not None:
+        path = base / Path(chosen)
+        if not path.is_file():
+            raise ConfigFileError(str(chosen), f"no such config file ({how})")
+        return path
+    for name in (CONFIG_FILE, PYPROJECT):
+        candidate = base / name
+        if candidate.is_file() and (name == CONFIG_FILE or _has_tool_table(candidate)):
+            return candidate
+    return None
+
+
+def _has_tool_table(path: Path) -> bool:
+    # Cheap pre-check so an unrelated, even malformed, pyproject.toml is not an error.
+    try:
+        text = path.read_text(encoding="utf-8")
+    except OSError:
+        return False
+    return "tool.accelkw" in text
+
+
+def read_toml(path: Path) -> dict[str, Any]:
+    """Parse a TOML file; a syntax error becomes a :class:`ConfigFileError` with its line."""
+    try:
+        with path.open("rb") as fh:
+            return tomllib.load(fh)
+    except OSError as exc:
+        raise ConfigFileError(str(path), f"cannot read: {exc.strerror or exc}") from None
+    except tomllib.TOMLDecodeError as exc:
+        line = getattr(exc, "lineno", None)
+        column = getattr(exc, "colno", None)
+        reason = getattr(exc, "msg", None) or str(exc)
+        raise ConfigFileError(
+            str(path), f"invalid TOML: {reason}", line=line, column=column
+        ) from None
+
+
+def load_config(path: Path | None) -> ConfigFile:
+    """Read and check the shape of the config at ``path`` (an empty config for ``None``)."""
+    if path is None:
+        return ConfigFile()
+    data = read_toml(path)
+    prefix = ""
+    if path.name == PYPROJECT:
+        tool = data.get("tool", {})
+        data = tool.get("accelkw", {}) if isinstance(tool, dict) else {}
+        prefix = "tool.accelkw."
+    return parse_config(data, path=path, prefix=prefix)
+
+
+def parse_config(
+    data: Mapping[str, Any], *, path: Path | None = None, prefix: str = ""
+) -> ConfigFile:
+    """Check the sections of a config mapping and return them as a :class:`ConfigFile`."""
+    cfg = ConfigFile(path=path, prefix=prefix)
+    where_root = f"{path} [{prefix.rstrip('.')}]" if prefix else str(path)
+    for key, value in data.items():
+        if key not in SECTIONS:
+            raise ConfigError(
+                "config",
+                key,
+                value,
+                "one of the tables " + ", ".join(f"[{s}]" for s in SECTIONS),
+                suggestion=suggest(key, SECTIONS),
+                source=where_root,
+            )
+        if not isinstance(value, dict):
+            raise ConfigError("config", key, value, f"a table ([{prefix}{key}])", source=where_root)
+    cfg.accelerator = _accelerator(cfg, data.get("accelerator", {}))
+    plugins = data.get("plugins", {})
+    _check_keys(cfg, "plugins", plugins, PLUGINS_KEYS)
+    if "enable" in plugins:
+        cfg.enable = _name_list(cfg, "enable", plugins["enable"])
+    if "disable" in plugins:
+        cfg.disable = _name_list(cfg, "disable", plugins["disable"])
+    for name, table in data.get("handlers", {}).items():
+        if not isinstance(table, dict):
+            raise ConfigError(
+                name,
+                "<table>",
+                table,
+                f"a table of field = value ([{prefix}handlers.{name}])",
+                source=cfg.where("handlers"),
+            )
+        cfg.handlers[name] = dict(table)
+    return cfg
+
+
+def _check_keys(
+    cfg: ConfigFile, table: str, values: dict[str, Any], allowed: tuple[str, ...]
+) -> None:
+    for key, value in values.items():
+        if key not in allowed:
+            raise ConfigError(
+                table,
+                key,
+                value,
+                "one of the keys " + ", ".join(allowed),
+                suggestion=suggest(key, allowed),
+                source=cfg.where(table),
+            )
+
+
+def _accelerator(cfg: ConfigFile, values: dict[str, Any]) -> dict[str, Any]:
+    _check_keys(cfg, "accelerator", values, ACCELERATOR_KEYS)
+    out: dict[str, Any] = {}
+    if "mixed_precision" in values:
+        out["mixed_precision"] = check_mixed_precision(
+            values["mixed_precision"], cfg.where("accelerator")
+        )
+    if "cpu" in values:
+        if not isinstance(values["cpu"], bool):
+            raise ConfigError(
+                "accelerator",
+                "cpu",
+                values["cpu"],
+                "a boolean (true or false)",
+                source=cfg.where("accelerator"),
+            )
+        out["cpu"] = values["cpu"]
+    return out
+
+
+def check_mixed_precision(value: Any, source: str) -> str:
+    """``value`` if it is a mixed-precision mode, else a :class:`ConfigError` naming ``source``."""
+    if not isinstance(value, str) or value not in MIXED_PRECISION_MODES:
+        raise ConfigError(
+            "accelerator",
+            "mixed_precision",
+            value,
+            "one of " + ", ".join(repr(m) for m in MIXED_PRECISION_MODES),
+            suggestion=suggest(str(value).lower(), MIXED_PRECISION_MODES),
+            source=source,
+        )
+    return value
+
+
+def _name_list(cfg: ConfigFile, key: str, value: Any) -> list[str]:
+    if not isinstance(value, list) or not all(isinstance(v, str) for v in value):
+        raise ConfigError(
+            "plugins", key, value, "a list of handler names", source=cfg.where("plugins")
+        )
+    return list(value)

@@ -1,0 +1,88 @@
+"""Collective operations of the runtime: gather, reduce and barrier across the processes of a run.
+
+With one process each is the identity (a copy for ``reduce``); with several, a
+``torch.distributed`` process group must exist, or the error says how to get one.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from accelkw_core.errors import AccelkwError
+from accelkw_core.known import install_hint
+from accelkw_core.state import AcceleratorState
+
+__all__ = ["REDUCTIONS", "barrier", "gather", "has_group", "reduce"]
+
+REDUCTIONS = ("sum", "mean")
+
+
+def has_group() -> bool:
+    """Whether a ``torch.distributed`` process group is initialised in this process."""
+    import torch.distributed as dist
+
+    return bool(dist.is_available() and dist.is_initialized())
+
+
+def _group(state: AcceleratorState, what: str) -> Any:
+    import torch.distributed as dist
+
+    if dist.is_available() and dist.is_initialized():
+        return dist
+    raise AccelkwError(
+        f"{what} needs a torch.distributed process group across the {state.world_size} processes "
+        f"of this run, and none is initialised: {install_hint('process_group')}, "
+        "or call torch.distributed.init_process_group before creating the Accelerator"
+    )
+
+
+def gather(data: Any, state: AcceleratorState) -> Any:
+    """Every process's tensors concatenated on dim 0, rank order; nested lists/tuples/dicts too.
+
+    A 0-dimensional tensor is gathered as a 1-D tensor of ``world_size`` values.
+    """
+    import torch
+
+    if isinstance(data, dict):
+        return type(data)({k: gather(v, state) for k, v in data.items()})
+    if isinstance(data, list | tuple):
+        return type(data)(gather(v, state) for v in data)
+    if not isinstance(data, torch.Tensor):
+        raise TypeError(
+            f"gather: got {type(data).__name__}, expected a tensor or a list/tuple/dict of tensors"
+        )
+    tensor = data if data.dim() > 0 else data.unsqueeze(0)
+    if not state.distributed:
+        return tensor
+    dist = _group(state, "gather")
+    tensor = tensor.contiguous()
+    parts = [torch.empty_like(tensor) for _ in range(state.world_size)]
+    dist.all_gather(parts, tensor)
+    return torch.cat(parts, dim=0)
+
+
+def reduce(tensor: Any, reduction: str, state: AcceleratorState) -> Any:
+    """A new tensor holding the element-wise ``"sum"`` or ``"mean"`` of ``tensor`` over processes."""
+    import torch
+
+    if reduction not in REDUCTIONS:
+        raise ValueError(
+            f"reduce: got reduction={reduction!r}, expected one of "
+            + ", ".join(repr(r) for r in REDUCTIONS)
+        )
+    if not isinstance(tensor, torch.Tensor):
+        raise TypeError(f"reduce: got {type(tensor).__name__}, expected a tensor")
+    out = tensor.detach().clone()
+    if not state.distributed:
+        return out
+    dist = _group(state, "reduce")
+    dist.all_reduce(out, op=dist.ReduceOp.SUM)
+    if reduction == "mean":
+        out = out / state.world_size if not out.is_floating_point() else out.div_(state.world_size)
+    return out
+
+
+def barrier(state: AcceleratorState) -> None:
+    """Wait until every process reaches this point (nothing to wait for with one process)."""
+    if state.distributed:
+        _group(state, "wait_for_everyone").barrier()

@@ -1,0 +1,267 @@
+"""Effective settings: code > environment > file > defaults, per field, every value validated.
+
+:func:`resolve_settings` is the one place the three sources meet. It returns the handlers to
+compose (built through the core's validated constructor) and, for each non-default field, where
+its value came from, so ``accelkw plan`` and ``accelkw config check`` can show it.
+
+Environment variables: ``ACCELKW_MIXED_PRECISION``, ``ACCELKW_CPU`` and
+``ACCELKW_<HANDLER>__<FIELD>`` (``ACCELKW_DDP__BUCKET_CAP_MB=50``,
+``ACCELKW_PROCESS_GROUP__TIMEOUT=30s``), read with the text forms ``from_mapping`` accepts.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from accelkw_core.compose import handler_key, order_handlers, resolve_handlers
+from accelkw_core.config import ConfigFile, check_mixed_precision, find_config, load_config
+from accelkw_core.errors import AccelkwError, ConfigError, suggest
+from accelkw_core.handler import KwargsHandler
+from accelkw_core.known import install_hint
+from accelkw_core.registry import Registry, get_registry
+
+__all__ = ["ENV_PREFIX", "HandlerSettings", "Settings", "env_overrides", "resolve_settings"]
+
+ENV_PREFIX = "ACCELKW_"
+CODE, DEFAULT = "code", "default"
+_TRUE, _FALSE = {"1", "true", "yes", "on"}, {"0", "false", "no", "off"}
+
+
+@dataclass
+class HandlerSettings:
+    """One handler to compose, with the source of each field that is not at its default."""
+
+    name: str
+    handler: KwargsHandler
+    sources: dict[str, str] = field(default_factory=dict)
+    distribution: str | None = None
+
+    def source(self, field_name: str) -> str:
+        """``"code"``, ``"env ACCELKW_…"``, ``"file … [handlers.…]"`` or ``"default"``."""
+        return self.sources.get(field_name, DEFAULT)
+
+
+@dataclass
+class Settings:
+    """The effective configuration of a run, before any handler is applied."""
+
+    mixed_precision: str = "no"
+    cpu: bool = False
+    accelerator_sources: dict[str, str] = field(default_factory=dict)
+    handlers: list[HandlerSettings] = field(default_factory=list)
+    disabled: dict[str, str] = field(default_factory=dict)
+    notes: list[str] = field(default_factory=list)
+    config: ConfigFile = field(default_factory=ConfigFile)
+    errors: list[AccelkwError] = field(default_factory=list)
+
+    def handler(self, name: str) -> HandlerSettings | None:
+        """The settings of the handler registered as ``name``, if it will be composed."""
+        return next((h for h in self.handlers if h.name == name), None)
+
+
+def env_overrides(env: Mapping[str, str]) -> dict[str, dict[str, tuple[str, str]]]:
+    """``{handler: {field: (variable, raw value)}}`` from ``ACCELKW_<HANDLER>__<FIELD>`` names."""
+    out: dict[str, dict[str, tuple[str, str]]] = {}
+    for var, raw in env.items():
+        if not var.startswith(ENV_PREFIX) or "__" not in var[len(ENV_PREFIX) :]:
+            continue
+        handler, _, field_name = var[len(ENV_PREFIX) :].partition("__")
+        out.setdefault(handler.lower(), {})[field_name.lower()] = (var, raw)
+    return out
+
+
+def resolve_settings(
+    handlers: Sequence[object] = (),
+    *,
+    mixed_precision: str | None = None,
+    cpu: bool | None = None,
+    config: str | os.PathLike[str] | None = None,
+    env: Mapping[str, str] | None = None,
+    registry: Registry | None = None,
+    cwd: str | os.PathLike[str] | None = None,
+    collect_errors: bool = False,
+) -> Settings:
+    """Merge code, environment, config file and defaults into :class:`Settings`.
+
+    ``handlers`` are the handler instances passed in code; their explicit fields win, and their
+    unset fields are taken from the environment or the file. Raises the first ``ConfigError``
+    (or ``ConfigFileError``/``ComposeError``); with ``collect_errors``, every error of the
+    handler tables is kept in ``Settings.errors`` and the faulty handlers fall back to defaults.
+    """
+    env = os.environ if env is None else env
+    registry = registry if registry is not None else get_registry()
+    code = {handler_key(h): h for h in resolve_handlers(handlers, include_defaults=False)}
+    cfg = load_config(find_config(config, env=env, cwd=cwd))
+    out = Settings(config=cfg)
+    _accelerator(out, cfg, env, mixed_precision, cpu)
+    installed = registry.handlers()
+    known = set(installed) | set(code)
+    env_values = env_overrides(env)
+
+    def attempt(fn: Any, *args: Any) -> Any:
+        try:
+            return fn(*args)
+        except AccelkwError as exc:
+            if not collect_errors:
+                raise
+            out.errors.append(exc)
+            return None
+
+    for name in cfg.handlers:
+        if name not in known:
+            attempt(_unknown, name, sorted(known), cfg.where("handlers"), f"[handlers.{name}]")
+    for name, fields in env_values.items():
+        if name not in known:
+            var = next(iter(fields.values()))[0]
+            attempt(_unknown, name, sorted(known), f"environment variable {var}", var)
+    attempt(_disabled, out, cfg, installed, code)
+
+    for name in sorted(known):
+        cls = type(code[name]) if name in code else installed[name].cls
+        built = attempt(_build, name, cls, code.get(name), cfg, env_values.get(name, {}))
+        if name in out.disabled:
+            continue
+        if built is None:
+            built = HandlerSettings(name, code[name] if name in code else cls())
+        info = installed.get(name)
+        built.distribution = info.distribution if info and info.cls is cls else None
+        out.handlers.append(built)
+    order = {id(h): i for i, h in enumerate(order_handlers(s.handler for s in out.handlers))}
+    out.handlers.sort(key=lambda s: order[id(s.handler)])
+    return out
+
+
+def _accelerator(
+    out: Settings,
+    cfg: ConfigFile,
+    env: Mapping[str, str],
+    mixed_precision: str | None,
+    cpu: bool | None,
+) -> None:
+    file_values = cfg.accelerator
+    file_label = f"file {cfg.where('accelerator')}"
+    env_mp = env.get(f"{ENV_PREFIX}MIXED_PRECISION")
+    if mixed_precision is not None:
+        out.mixed_precision, how = check_mixed_precision(mixed_precision, CODE), CODE
+    elif env_mp:
+        var = f"{ENV_PREFIX}MIXED_PRECISION"
+        value = check_mixed_precision(env_mp.strip().lower(), f"environment variable {var}")
+        out.mixed_precision, how = value, f"env {var}"
+    elif "mixed_precision" in file_values:
+        out.mixed_precision, how = file_values["mixed_precision"], file_label
+    else:
+        how = DEFAULT
+    out.accelerator_sources["mixed_precision"] = how
+    env_cpu = env.get(f"{ENV_PREFIX}CPU")
+    if cpu is not None:
+        out.cpu, how = bool(cpu), CODE
+    elif env_cpu:
+        var = f"{ENV_PREFIX}CPU"
+        low = env_cpu.strip().lower()
+        if low not in _TRUE | _FALSE:
+            raise ConfigError(
+                "accelerator",
+                "cpu",
+                env_cpu,
+                "a boolean (true/false, 1/0, yes/no, on/off)",
+                source=f"environment variable {var}",
+            )
+        out.cpu, how = low in _TRUE, f"env {var}"
+    elif "cpu" in file_values:
+        out.cpu, how = file_values["cpu"], file_label
+    else:
+        how = DEFAULT
+    out.accelerator_sources["cpu"] = how
+
+
+def _unknown(name: str, known: list[str], source: str, what: str) -> None:
+    hint = suggest(name, known)
+    raise ConfigError(
+        "handlers",
+        name,
+        what,
+        "an installed handler: "
+        + (", ".join(known) or "none installed")
+        + (f"; or {install_hint(name)}" if hint is None else ""),
+        suggestion=hint,
+        source=source,
+    )
+
+
+def _disabled(
+    out: Settings, cfg: ConfigFile, installed: Mapping[str, Any], code: Mapping[str, Any]
+) -> None:
+    known = sorted(set(installed) | set(code))
+    for key, names in (("enable", cfg.enable or []), ("disable", cfg.disable)):
+        for name in names:
+            if name not in known:
+                raise ConfigError(
+                    "plugins",
+                    key,
+                    name,
+                    "names of installed handlers: "
+                    + (", ".join(known) or "none installed")
+                    + ("" if suggest(name, known) else f"; or {install_hint(name)}"),
+                    suggestion=suggest(name, known),
+                    source=cfg.where("plugins"),
+                )
+    reasons = {n: f"listed in [plugins] disable of {cfg.label}" for n in cfg.disable}
+    if cfg.enable is not None:
+        for name in installed:
+            if name not in cfg.enable:
+                reasons.setdefault(name, f"not listed in [plugins] enable of {cfg.label}")
+    for name, reason in sorted(reasons.items()):
+        if name in code:
+            out.notes.append(f"{name}: passed in code, so applied although {reason}")
+        else:
+            out.disabled[name] = reason
+
+
+def _build(
+    name: str,
+    cls: type[KwargsHandler],
+    code_handler: KwargsHandler | None,
+    cfg: ConfigFile,
+    env_fields: Mapping[str, tuple[str, str]],
+) -> HandlerSettings:
+    values: dict[str, Any] = {}
+    sources: dict[str, str] = {}
+    table = cfg.handlers.get(name)
+    if table:
+        where = cfg.where(f"handlers.{name}")
+        try:
+            parsed = cls.from_mapping(table)
+        except ConfigError as exc:
+            raise exc.with_source(where) from None
+        for key in table:
+            values[key], sources[key] = getattr(parsed, key), f"file {where}"
+    if env_fields:
+        raw = {f: v for f, (_, v) in env_fields.items()}
+        try:
+            parsed = cls.from_mapping(raw, strings=True)
+        except ConfigError as exc:
+            base = exc.field.split("[", 1)[0]
+            var = (
+                env_fields[base][0]
+                if base in env_fields
+                else ", ".join(v for v, _ in env_fields.values())
+            )
+            raise exc.with_source(f"environment variable {var}") from None
+        for key, (var, _) in env_fields.items():
+            values[key], sources[key] = getattr(parsed, key), f"env {var}"
+    if code_handler is not None:
+        explicit = code_handler.explicit_kwargs()
+        if not values:
+            return HandlerSettings(name, code_handler, dict.fromkeys(explicit, CODE))
+        values.update(explicit)
+        sources.update(dict.fromkeys(explicit, CODE))
+    if not values:
+        return HandlerSettings(name, cls(), {})
+    try:
+        handler = cls(**values)
+    except ConfigError as exc:
+        raise exc.with_source(" + ".join(sorted(set(sources.values())))) from None
+    return HandlerSettings(name, handler, sources)
