@@ -1,0 +1,226 @@
+"""InitProcessGroupKwargs without a process group: fields, validation, plans and descriptions."""
+
+from __future__ import annotations
+
+import dataclasses
+import subprocess
+import sys
+import typing
+from datetime import timedelta
+
+import accelkw_process_group.plugin
+import pytest
+from accelkw_process_group import InitProcessGroupKwargs
+
+from accelkw_core import AcceleratorState, ConfigError, Registry
+from accelkw_core.testing import apply_handler, isolated_registry, make_state
+
+
+@pytest.fixture
+def rendezvous(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("MASTER_ADDR", "127.0.0.1")
+    monkeypatch.setenv("MASTER_PORT", "29555")
+
+
+@pytest.fixture
+def no_rendezvous(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv("MASTER_ADDR", raising=False)
+    monkeypatch.delenv("MASTER_PORT", raising=False)
+
+
+def test_fields_types_defaults_and_order_match_the_reference() -> None:
+    hints = typing.get_type_hints(InitProcessGroupKwargs)
+    fields = [
+        (f.name, hints[f.name], f.default) for f in dataclasses.fields(InitProcessGroupKwargs)
+    ]
+    assert fields == [
+        ("backend", str | None, "nccl"),
+        ("init_method", str | None, None),
+        ("timeout", timedelta | None, None),
+    ]
+    assert InitProcessGroupKwargs.name == "process_group"
+
+
+def test_to_kwargs_keeps_reference_semantics_and_explicit_kwargs_keeps_what_was_set() -> None:
+    assert InitProcessGroupKwargs().to_kwargs() == {}
+    assert InitProcessGroupKwargs(backend="gloo").to_kwargs() == {"backend": "gloo"}
+    # Equal to the default: dropped by to_kwargs (reference), kept as explicit.
+    handler = InitProcessGroupKwargs(backend="nccl", timeout=timedelta(minutes=30))
+    assert handler.to_kwargs() == {"timeout": timedelta(minutes=30)}
+    assert handler.explicit_kwargs() == {"backend": "nccl", "timeout": timedelta(minutes=30)}
+
+
+@pytest.mark.parametrize(
+    "backend", ["gloo", "nccl", "mpi", "ucc", "xccl", "GLOO", "cpu:gloo,cuda:nccl", None]
+)
+def test_valid_backends_are_accepted(backend: str | None) -> None:
+    assert InitProcessGroupKwargs(backend=backend).backend == backend
+
+
+@pytest.mark.parametrize(
+    ("backend", "suggestion"),
+    [("glo", "gloo"), ("ncl", "nccl"), ("", None), ("cpu:", None), ("cpu:gloo,", None)],
+)
+def test_bad_backends_are_config_errors(backend: str, suggestion: str | None) -> None:
+    with pytest.raises(ConfigError) as info:
+        InitProcessGroupKwargs(backend=backend)
+    err = info.value
+    assert (err.handler, err.field, err.value) == ("process_group", "backend", backend)
+    assert err.suggestion == suggestion
+    assert "cpu:gloo,cuda:nccl" in str(err)
+
+
+def test_from_mapping_reads_strings_and_names_the_bad_field() -> None:
+    handler = InitProcessGroupKwargs.from_mapping(
+        {"backend": "gloo", "timeout": "90s", "init_method": "tcp://10.0.0.1:29500"},
+        strings=True,
+    )
+    assert handler.timeout == timedelta(seconds=90)
+    assert handler.explicit_fields() == {"backend", "timeout", "init_method"}
+    with pytest.raises(ConfigError) as info:
+        InitProcessGroupKwargs.from_mapping({"timeout": "soon"}, strings=True)
+    assert info.value.field == "timeout"
+    with pytest.raises(ConfigError) as info:
+        InitProcessGroupKwargs.from_mapping({"init_method": "10.0.0.1:29500"})
+    assert info.value.field == "init_method"
+    assert "tcp://HOST:PORT" in str(info.value)
+    with pytest.raises(ConfigError) as info:
+        InitProcessGroupKwargs.from_mapping({"timout": 5})
+    assert info.value.suggestion == "timeout"
+
+
+def test_world_size_one_records_that_there_is_no_group() -> None:
+    state = apply_handler(InitProcessGroupKwargs(backend="nccl"))
+    assert [(e.message, e.applied) for e in state.log] == [
+        ("world size 1: no process group", False)
+    ]
+    assert state.teardowns == []
+    assert InitProcessGroupKwargs().describe(make_state()) == "world size 1: no process group"
+
+
+@pytest.mark.usefixtures("rendezvous")
+def test_default_nccl_becomes_gloo_without_cuda() -> None:
+    plan = InitProcessGroupKwargs().plan(make_state(world_size=2))
+    assert plan.backend == "gloo"
+    assert plan.fallback is not None
+    assert "'nccl' needs CUDA" in plan.fallback
+    assert "'gloo'" in plan.fallback
+    assert plan.init_kwargs(0, 2) == {"backend": "gloo", "rank": 0, "world_size": 2}
+
+
+@pytest.mark.usefixtures("rendezvous")
+def test_default_nccl_on_a_cuda_state_without_cuda_also_falls_back() -> None:
+    import torch
+
+    if torch.cuda.is_available():
+        pytest.skip("CUDA is available here, so 'nccl' is kept")
+    plan = InitProcessGroupKwargs().plan(make_state(world_size=2, device_type="cuda"))
+    assert plan.backend == "gloo"
+    assert plan.fallback is not None
+    assert "CUDA is not available" in plan.fallback
+
+
+@pytest.mark.usefixtures("rendezvous")
+def test_explicit_nccl_without_cuda_is_a_clear_error() -> None:
+    import torch.distributed as dist
+
+    handler = InitProcessGroupKwargs(backend="nccl")
+    state = make_state(world_size=2)
+    with pytest.raises(ConfigError) as info:
+        handler.apply(state)
+    err = info.value
+    assert (err.field, err.value) == ("backend", "nccl")
+    assert "needs CUDA" in str(err)
+    assert "backend='gloo'" in str(err)
+    assert not dist.is_initialized()
+    assert state.teardowns == []
+    assert handler.describe(state).startswith("would fail: process_group.backend")
+
+
+@pytest.mark.usefixtures("rendezvous")
+def test_a_backend_this_build_lacks_is_an_error_naming_the_available_ones() -> None:
+    import torch.distributed as dist
+
+    if dist.is_mpi_available():
+        pytest.skip("this torch build has MPI")
+    with pytest.raises(ConfigError) as info:
+        InitProcessGroupKwargs(backend="mpi").plan(make_state(world_size=2))
+    assert info.value.field == "backend"
+    assert "'mpi' is not built in" in str(info.value)
+    assert "gloo" in info.value.expected
+
+
+@pytest.mark.usefixtures("rendezvous")
+def test_an_explicit_timeout_is_passed_even_when_equal_to_a_default() -> None:
+    state = make_state(world_size=2)
+    half_hour = timedelta(minutes=30)  # torch's own default for gloo
+    plan = InitProcessGroupKwargs(backend="gloo", timeout=half_hour).plan(state)
+    assert plan.init_kwargs(1, 2)["timeout"] == half_hour
+    assert "timeout 1800s (set explicitly)" in plan.notes
+    assert "timeout" not in InitProcessGroupKwargs(backend="gloo").plan(state).init_kwargs(1, 2)
+
+
+@pytest.mark.usefixtures("rendezvous")
+def test_backend_none_leaves_the_choice_to_torch() -> None:
+    plan = InitProcessGroupKwargs(backend=None).plan(make_state(world_size=2))
+    assert plan.init_kwargs(0, 2)["backend"] is None
+    assert plan.fallback is None
+
+
+@pytest.mark.usefixtures("rendezvous")
+def test_init_method_defaults_to_env_and_an_explicit_one_is_passed() -> None:
+    state = make_state(world_size=2)
+    plan = InitProcessGroupKwargs(backend="gloo").plan(state)
+    assert "init_method" not in plan.init_kwargs(0, 2)
+    assert "init_method env:// (MASTER_ADDR=127.0.0.1, MASTER_PORT=29555)" in plan.notes
+    url = "tcp://10.1.2.3:4000"
+    plan = InitProcessGroupKwargs(backend="gloo", init_method=url).plan(state)
+    assert plan.init_kwargs(0, 2)["init_method"] == url
+
+
+@pytest.mark.usefixtures("no_rendezvous")
+def test_without_master_env_the_states_address_or_an_error_names_init_method() -> None:
+    state = AcceleratorState(
+        cpu=True, rank=1, world_size=2, master_addr="10.0.0.7", master_port=29400
+    )
+    plan = InitProcessGroupKwargs(backend="gloo").plan(state)
+    assert plan.init_method == "tcp://10.0.0.7:29400"
+    with pytest.raises(ConfigError) as info:
+        InitProcessGroupKwargs(backend="gloo").plan(make_state(world_size=2))
+    assert info.value.field == "init_method"
+    assert "MASTER_ADDR" in str(info.value)
+
+
+@pytest.mark.usefixtures("rendezvous")
+def test_describe_says_what_would_happen_without_creating_a_group() -> None:
+    import torch.distributed as dist
+
+    text = InitProcessGroupKwargs(timeout=timedelta(seconds=5)).describe(
+        make_state(world_size=2, rank=1)
+    )
+    assert text.startswith("would initialise the process group: rank 1 of 2")
+    assert "backend 'gloo'" in text
+    assert "timeout 5s (set explicitly)" in text
+    assert not dist.is_initialized()
+
+
+def test_registered_through_the_plugin_hook_and_the_installed_entry_point() -> None:
+    registry = isolated_registry([accelkw_process_group.plugin])
+    assert registry.get("process_group").cls is InitProcessGroupKwargs
+    info = Registry(autoload=True, allow=None, deny=(), env={}).handlers().get("process_group")
+    assert info is not None, "accelkw-process-group is not installed (pip install -e)"
+    assert info.distribution == "accelkw-process-group"
+
+
+def test_importing_the_plugin_and_building_a_handler_does_not_import_torch() -> None:
+    code = (
+        "import sys, accelkw_process_group.plugin\n"
+        "from accelkw_process_group import InitProcessGroupKwargs\n"
+        "h = InitProcessGroupKwargs(backend='cpu:gloo,cuda:nccl', timeout=5)\n"
+        "h.to_kwargs(); h.explicit_kwargs()\n"
+        "print(sorted(m for m in sys.modules if m == 'torch' or m.startswith('torch.')))\n"
+    )
+    result = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, timeout=120, check=True
+    )
+    assert result.stdout.strip() == "[]"
