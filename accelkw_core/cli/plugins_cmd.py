@@ -1,4 +1,5 @@
-"""``accelkw plugins list|show``: what is installed, where it came from and whether it loaded."""
+"""``accelkw plugins list|show|new``: what is installed, where it came from, whether it loaded;
+and a new plugin to start from."""
 
 from __future__ import annotations
 
@@ -26,6 +27,17 @@ def add_parser(sub: Any) -> None:
     show.add_argument("name", help="the handler's registry name, e.g. autocast")
     show.add_argument("--json", action="store_true", help="print JSON")
     show.set_defaults(func=cmd_show)
+
+    new = psub.add_parser(
+        "new", help="create a plugin distribution: pyproject, handler, hook, README, tests"
+    )
+    new.add_argument("name", help="the handler's registry name: a lowercase identifier, e.g. seed")
+    new.add_argument(
+        "--dir",
+        metavar="PATH",
+        help="the folder to create (default: ./accelkw-NAME); it must not exist or be empty",
+    )
+    new.set_defaults(func=cmd_new)
 
 
 def handler_fields(cls: type) -> list[dict[str, Any]]:
@@ -124,4 +136,27 @@ def cmd_show(args: argparse.Namespace) -> int:
     print()
     rows = [[f["name"], f["type"], repr(f["default"]), f["doc"]] for f in fields]
     print(table(["FIELD", "TYPE", "DEFAULT", "DOC"], rows))
+    return 0
+
+
+def cmd_new(args: argparse.Namespace) -> int:
+    import os
+    from pathlib import Path
+
+    from accelkw_core.scaffold import PluginNames, scaffold_plugin
+
+    names = PluginNames.from_name(args.name)
+    files = scaffold_plugin(args.name, args.dir)
+    root = Path(args.dir) if args.dir is not None else Path.cwd() / names.distribution
+    shown = os.path.relpath(root) if not os.path.relpath(root).startswith("..") else str(root)
+    print(
+        f"created plugin {names.name!r} (distribution {names.distribution}, "
+        f"handler {names.class_name}) in {shown}:"
+    )
+    for path in files:
+        print(f"  {path.relative_to(root).as_posix()}")
+    print("next:")
+    print(f"  pip install -e {shown}")
+    print(f"  pytest {os.path.join(shown, 'tests')}")
+    print(f"  accelkw plugins show {names.name}")
     return 0

@@ -1,0 +1,186 @@
+"""``accelkw plugins new``: write a working plugin distribution to start from.
+
+The folder holds a ``pyproject.toml`` with the ``accelkw`` entry point, a package with a handler
+dataclass and its registration hook, a README and tests that pass once the folder is installed
+(``pip install -e``). Names are checked first: a lowercase identifier that no installed plugin,
+handler, distribution or module already uses.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import keyword
+import re
+from dataclasses import dataclass
+from pathlib import Path
+from string import Template
+from typing import TYPE_CHECKING
+
+from accelkw_core._version import __version__
+from accelkw_core.errors import AccelkwError
+
+if TYPE_CHECKING:
+    from accelkw_core.registry import Registry
+
+__all__ = ["PluginNames", "ScaffoldError", "check_available", "check_name", "scaffold_plugin"]
+
+_NAME = re.compile(r"^[a-z][a-z0-9_]*$")
+# Names whose package would be the core's own (``accelkw_core``) or read as a prefix twice.
+_RESERVED = {"core"}
+
+
+class ScaffoldError(AccelkwError, ValueError):
+    """The plugin cannot be created: an invalid or taken name, or a target folder in use."""
+
+
+@dataclass(frozen=True)
+class PluginNames:
+    """The names derived from a plugin's registry name, e.g. ``my_seed``."""
+
+    name: str  # registry name and entry-point name: my_seed
+    distribution: str  # accelkw-my-seed
+    package: str  # accelkw_my_seed
+    class_name: str  # MySeedKwargs
+
+    @classmethod
+    def from_name(cls, name: str) -> PluginNames:
+        check_name(name)
+        return cls(
+            name=name,
+            distribution="accelkw-" + name.replace("_", "-"),
+            package="accelkw_" + name,
+            class_name="".join(part.capitalize() for part in name.split("_") if part) + "Kwargs",
+        )
+
+
+def _suggest_name(value: str) -> str | None:
+    text = re.sub(r"(?<=[a-z0-9])(?=[A-Z])", "_", value)  # CamelCase -> camel_case
+    text = re.sub(r"[^0-9A-Za-z]+", "_", text).strip("_").lower()
+    text = re.sub(r"_+", "_", text)
+    text = re.sub(r"^accelkw_", "", text)
+    if text and text[0].isdigit():
+        text = "plugin_" + text
+    if keyword.iskeyword(text) or text in _RESERVED:
+        text += "_plugin"
+    return text if text and text != value and _NAME.match(text) else None
+
+
+def check_name(name: str) -> None:
+    """Raise :class:`ScaffoldError` unless ``name`` can be a plugin's registry name."""
+    expected = (
+        "expected a lowercase Python identifier: a letter, then letters, digits or "
+        "underscores (the handler's registry name, e.g. 'seed')"
+    )
+    problem = None
+    if not _NAME.match(name):
+        problem = expected
+    elif keyword.iskeyword(name):
+        problem = f"{name!r} is a Python keyword; expected a name that can be an identifier"
+    elif name in _RESERVED:
+        problem = f"its package accelkw_{name} would be the core's own; expected another name"
+    elif name.startswith("accelkw_"):
+        problem = (
+            "expected the handler's registry name without the accelkw_ prefix "
+            "(the distribution and package names add it)"
+        )
+    if problem is None:
+        return
+    hint = _suggest_name(name)
+    suffix = f"; did you mean {hint!r}?" if hint else ""
+    raise ScaffoldError(f"invalid plugin name {name!r}: {problem}{suffix}")
+
+
+def check_available(names: PluginNames, registry: Registry | None = None) -> None:
+    """Raise :class:`ScaffoldError` if an installed plugin, handler, distribution or module
+    already uses one of ``names``.
+
+    ``registry`` defaults to one that loads every installed plugin, ignoring allow- and
+    deny-lists, so a disabled plugin still counts as installed.
+    """
+    from accelkw_core.registry import Registry
+
+    registry = registry if registry is not None else Registry(autoload=True, env={})
+    for record in registry.plugins():
+        source = record.distribution or "code"
+        if record.version:
+            source += f" {record.version}"
+        if record.name == names.name:
+            raise ScaffoldError(
+                f"the name {names.name!r} is taken: the installed plugin {record.name!r} comes "
+                f"from {source}; choose another name"
+            )
+        for cls in record.handlers:
+            if cls.name == names.name:
+                raise ScaffoldError(
+                    f"the name {names.name!r} is taken: handler {cls.name!r} "
+                    f"({cls.__module__}.{cls.__qualname__}) comes from {source} "
+                    f"(plugin {record.name!r}); choose another name"
+                )
+    import importlib_metadata
+
+    try:
+        dist = importlib_metadata.distribution(names.distribution)
+    except importlib_metadata.PackageNotFoundError:
+        pass
+    else:
+        raise ScaffoldError(
+            f"the name {names.name!r} is taken: the distribution {names.distribution} "
+            f"{dist.version} is already installed; choose another name"
+        )
+    spec = importlib.util.find_spec(names.package)
+    if spec is not None:
+        raise ScaffoldError(
+            f"the name {names.name!r} is taken: a module {names.package} is already importable "
+            f"from {spec.origin or spec.submodule_search_locations}; choose another name"
+        )
+
+
+def render(names: PluginNames) -> dict[str, str]:
+    """The files of the new plugin: relative path -> text."""
+    from accelkw_core._scaffold_templates import FILES
+
+    major, minor = __version__.split(".")[:2]
+    values = {
+        "name": names.name,
+        "dist": names.distribution,
+        "package": names.package,
+        "cls": names.class_name,
+        "core_req": f"accelkw-core>={major}.{minor}",
+    }
+    return {
+        Template(path).substitute(values): Template(text).substitute(values)
+        for path, text in FILES.items()
+    }
+
+
+def scaffold_plugin(
+    name: str,
+    directory: str | Path | None = None,
+    *,
+    registry: Registry | None = None,
+    check_installed: bool = True,
+) -> list[Path]:
+    """Create plugin ``name`` in ``directory`` (default ``./accelkw-<name>``); return its files.
+
+    The folder must not exist or be empty. With ``check_installed`` (the default), a name an
+    installed plugin already uses is refused (see :func:`check_available`).
+    """
+    names = PluginNames.from_name(name)
+    target = Path(directory) if directory is not None else Path.cwd() / names.distribution
+    if target.exists():
+        if not target.is_dir():
+            raise ScaffoldError(f"cannot create the plugin in {target}: it is a file, not a folder")
+        if any(target.iterdir()):
+            raise ScaffoldError(
+                f"cannot create the plugin in {target}: the folder exists and is not empty; "
+                "choose another --dir or empty it"
+            )
+    if check_installed:
+        check_available(names, registry)
+    written = []
+    for rel, text in render(names).items():
+        path = target / rel
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(text, encoding="utf-8")
+        written.append(path)
+    return written

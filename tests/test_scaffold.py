@@ -1,0 +1,177 @@
+"""``accelkw plugins new``: name checks, target folder checks, and a generated plugin whose own
+tests pass once its distribution metadata is on the path (the pip round trip is in
+``test_install_venv.py``)."""
+
+from __future__ import annotations
+
+import ast
+import os
+import subprocess
+import sys
+import tomllib
+from pathlib import Path
+
+import pytest
+
+from accelkw_core.cli.main import main
+from accelkw_core.scaffold import (
+    PluginNames,
+    ScaffoldError,
+    check_available,
+    render,
+    scaffold_plugin,
+)
+from accelkw_core.testing import isolated_registry
+from tests.conftest import good_plugin, run_accelkw, write_dist
+
+EXPECTED_FILES = [
+    "pyproject.toml",
+    "README.md",
+    "accelkw_my_seed/__init__.py",
+    "accelkw_my_seed/handler.py",
+    "accelkw_my_seed/plugin.py",
+    "accelkw_my_seed/py.typed",
+    "tests/test_my_seed.py",
+]
+
+
+def test_names_derive_from_the_registry_name() -> None:
+    names = PluginNames.from_name("my_seed")
+    assert names == PluginNames("my_seed", "accelkw-my-seed", "accelkw_my_seed", "MySeedKwargs")
+
+
+@pytest.mark.parametrize(
+    ("bad", "message"),
+    [
+        ("my-plugin", "did you mean 'my_plugin'?"),
+        ("MyPlugin", "did you mean 'my_plugin'?"),
+        ("2fast", "did you mean 'plugin_2fast'?"),
+        ("_private", "did you mean 'private'?"),
+        ("", "expected a lowercase Python identifier"),
+        ("with space", "did you mean 'with_space'?"),
+        ("class", "'class' is a Python keyword"),
+        ("core", "accelkw_core would be the core's own"),
+        ("accelkw_seed", "without the accelkw_ prefix"),
+        ("accelkw-seed", "did you mean 'seed'?"),
+    ],
+)
+def test_invalid_names_say_what_is_expected(bad: str, message: str) -> None:
+    with pytest.raises(ScaffoldError) as err:
+        scaffold_plugin(bad, check_installed=False)
+    text = str(err.value)
+    assert text.startswith(f"invalid plugin name {bad!r}: ")
+    assert message in text
+
+
+def test_a_name_an_installed_plugin_or_handler_uses_is_refused() -> None:
+    from tests.test_testing_helpers import BothPlugin
+
+    registry = isolated_registry([BothPlugin()])
+    with pytest.raises(ScaffoldError, match=r"handler 'second' \(.*SecondKwargs\) comes from code"):
+        check_available(PluginNames.from_name("second"), registry)
+    with pytest.raises(ScaffoldError, match="the installed plugin 'BothPlugin'"):
+        check_available(PluginNames("BothPlugin", "x", "x", "X"), registry)
+    check_available(PluginNames.from_name("third"), registry)
+
+
+def test_an_installed_module_of_the_same_package_name_is_refused(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    (tmp_path / "accelkw_shadow").mkdir()
+    (tmp_path / "accelkw_shadow" / "__init__.py").write_text("")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    with pytest.raises(ScaffoldError, match="a module accelkw_shadow is already importable"):
+        check_available(PluginNames.from_name("shadow"), isolated_registry())
+
+
+def test_cli_names_the_distribution_that_has_the_name(site: Path, tmp_path: Path) -> None:
+    write_dist(
+        site, "accelkw-other", {"other": "other_mod"}, {"other_mod.py": good_plugin("taken")}
+    )
+    result = run_accelkw(["plugins", "new", "taken", "--dir", str(tmp_path / "t")], site)
+    assert result.returncode == 1
+    assert result.stderr.strip().splitlines() == [
+        "accelkw: error: the name 'taken' is taken: handler 'taken' (other_mod.TakenKwargs) "
+        "comes from accelkw-other 1.0.0 (plugin 'other'); choose another name"
+    ]
+    assert not (tmp_path / "t").exists()
+    result = run_accelkw(["plugins", "new", "other", "--dir", str(tmp_path / "t")], site)
+    assert "the installed plugin 'other' comes from accelkw-other 1.0.0" in result.stderr
+
+
+def test_the_target_folder_must_be_new_or_empty(tmp_path: Path) -> None:
+    (tmp_path / "full").mkdir()
+    (tmp_path / "full" / "keep.txt").write_text("mine")
+    with pytest.raises(ScaffoldError, match="exists and is not empty"):
+        scaffold_plugin("my_seed", tmp_path / "full", check_installed=False)
+    assert [p.name for p in (tmp_path / "full").iterdir()] == ["keep.txt"]
+    (tmp_path / "file").write_text("")
+    with pytest.raises(ScaffoldError, match="it is a file"):
+        scaffold_plugin("my_seed", tmp_path / "file", check_installed=False)
+    (tmp_path / "empty").mkdir()
+    assert scaffold_plugin("my_seed", tmp_path / "empty", check_installed=False)
+
+
+def test_default_folder_is_the_distribution_name(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.chdir(tmp_path)
+    files = scaffold_plugin("my_seed", check_installed=False)
+    root = tmp_path / "accelkw-my-seed"
+    assert [p.relative_to(root).as_posix() for p in files] == EXPECTED_FILES
+
+
+def test_generated_pyproject_declares_the_entry_point_and_core_dependency() -> None:
+    data = tomllib.loads(render(PluginNames.from_name("my_seed"))["pyproject.toml"])
+    project = data["project"]
+    assert project["name"] == "accelkw-my-seed"
+    assert project["entry-points"]["accelkw"] == {"my_seed": "accelkw_my_seed.plugin"}
+    assert project["dependencies"][0].startswith("accelkw-core>=")
+    assert "tool" not in data or set(data["tool"]) == {"setuptools"}
+
+
+def test_generated_sources_are_valid_python_with_no_torch_import() -> None:
+    for path, text in render(PluginNames.from_name("my_seed")).items():
+        if path.endswith(".py"):
+            tree = ast.parse(text, filename=path)
+            imported = {
+                alias.name.split(".")[0]
+                for node in ast.walk(tree)
+                if isinstance(node, ast.Import | ast.ImportFrom)
+                for alias in (
+                    node.names if isinstance(node, ast.Import) else [ast.alias(node.module or "")]
+                )
+            }
+            assert "torch" not in imported, path
+
+
+def test_cli_creates_the_plugin_and_says_what_to_do_next(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    target = tmp_path / "out"
+    assert main(["plugins", "new", "zz_scaffold_cli", "--dir", str(target)]) == 0
+    out = capsys.readouterr().out
+    assert "created plugin 'zz_scaffold_cli' (distribution accelkw-zz-scaffold-cli" in out
+    assert "  accelkw_zz_scaffold_cli/handler.py" in out
+    assert f"pip install -e {target}" in out
+    assert (target / "accelkw_zz_scaffold_cli" / "py.typed").exists()
+
+
+def test_generated_tests_pass_with_the_distribution_on_the_path(tmp_path: Path) -> None:
+    """The generated test suite, in a fresh interpreter, with a dist-info for its entry point."""
+    root = tmp_path / "accelkw-my-seed"
+    scaffold_plugin("my_seed", root, check_installed=False)
+    site = tmp_path / "site"
+    write_dist(site, "accelkw-my-seed", {"my_seed": "accelkw_my_seed.plugin"}, version="0.1.0")
+    env = {k: v for k, v in os.environ.items() if not k.startswith("ACCELKW_")}
+    env["PYTHONPATH"] = os.pathsep.join([str(root), str(site)])
+    proc = subprocess.run(
+        [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "tests"],
+        cwd=root,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert "7 passed" in proc.stdout
