@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import functools
 import subprocess
 import sys
-import timeit
 
 import accelkw_autocast
 import accelkw_autocast.plugin
@@ -108,23 +108,19 @@ def test_autocast_torch_would_disable_is_an_error_not_a_silent_drop() -> None:
         AutocastKwargs().apply(state)
 
 
-def test_entering_the_factory_context_costs_about_what_raw_autocast_costs() -> None:
-    state = apply_handler(AutocastKwargs(), make_state(mixed_precision="bf16"))
+def test_the_factory_does_no_per_call_work_beyond_torch_autocast() -> None:
+    # Speed is measured by bench/bench_step.py, never timed here: this checks the structure
+    # that makes it fast (everything bound once at apply time).
+    state = apply_handler(AutocastKwargs(cache_enabled=False), make_state(mixed_precision="bf16"))
     factory = state.autocast_factory
-    assert factory is not None
-
-    def raw() -> None:
-        with torch.autocast(device_type="cpu", dtype=torch.bfloat16, enabled=True):
-            pass
-
-    def ours() -> None:
-        with factory():
-            pass
-
-    n = 2000
-    raw_us = min(timeit.repeat(raw, number=n, repeat=5)) / n * 1e6
-    ours_us = min(timeit.repeat(ours, number=n, repeat=5)) / n * 1e6
-    assert ours_us < raw_us + 5.0, (ours_us, raw_us)
+    assert isinstance(factory, functools.partial)
+    assert factory.func is torch.autocast
+    assert factory.keywords == {
+        "device_type": "cpu",
+        "dtype": torch.bfloat16,
+        "enabled": True,
+        "cache_enabled": False,
+    }
 
 
 def test_fields_defaults_and_order_match_the_reference() -> None:
