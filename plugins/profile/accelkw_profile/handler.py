@@ -59,15 +59,15 @@ class ProfileKwargs(KwargsHandler):
     # RUF009 below: handler_field returns a dataclasses.Field with a None default, like
     # dataclasses.field; ruff only knows it as a call.
 
-    activities: list[Literal["cpu", "xpu", "mtia", "cuda", "hpu"]] | None = handler_field(  # noqa: RUF009
+    activities: list[Literal["cpu", "xpu", "mtia", "cuda", "hpu"]] | None = handler_field(
         None, doc="What to profile: 'cpu', 'cuda', 'xpu', 'mtia', 'hpu'; None lets torch choose."
     )
-    schedule_option: dict[str, int] | None = handler_field(  # noqa: RUF009
+    schedule_option: dict[str, int] | None = handler_field(
         None,
         doc="torch.profiler.schedule arguments: wait, warmup, active, repeat, skip_first "
         "(wait and warmup default to 0; active is required).",
     )
-    on_trace_ready: Callable[..., Any] | None = handler_field(  # noqa: RUF009
+    on_trace_ready: Callable[..., Any] | None = handler_field(
         None, doc="Called with the profiler each time a schedule cycle's trace is ready."
     )
     record_shapes: bool = handler_field(False, doc="Record the input shapes of operators.")
@@ -78,7 +78,7 @@ class ProfileKwargs(KwargsHandler):
     output_trace_dir: str | None = handler_field(
         None, doc="Write a Chrome trace profile_{rank}.json here when profiling ends."
     )
-    profile_ranks: list[int] | None = handler_field(  # noqa: RUF009
+    profile_ranks: list[int] | None = handler_field(
         None, doc="The global ranks that profile; None profiles every rank, as Accelerate does."
     )
 
