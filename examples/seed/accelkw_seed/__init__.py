@@ -1,0 +1,5 @@
+"""accelkw-seed: ``SeedKwargs``, reproducible runs (an example of a third-party plugin)."""
+
+from accelkw_seed.handler import SeedKwargs
+
+__all__ = ["SeedKwargs"]
