@@ -267,7 +267,10 @@ def _coerce(value: Any, tp: Any, strings: bool, trusted: bool, imp: bool) -> Any
         raise _Mismatch(_expected(tp))
     if tp is float:
         if isinstance(value, int | float) and not isinstance(value, bool):
-            return value if type(value) is float else float(value)
+            try:
+                return value if type(value) is float else float(value)
+            except OverflowError:  # an int beyond 1.8e308
+                raise _Mismatch("a number within the range of a float") from None
         if strings and isinstance(value, str):
             try:
                 return float(value.strip())
@@ -358,7 +361,10 @@ def _coerce_timedelta(value: Any) -> timedelta:
     if isinstance(value, timedelta):
         seconds = value.total_seconds()
     elif isinstance(value, int | float) and not isinstance(value, bool):
-        seconds = float(value)
+        try:
+            seconds = float(value)
+        except OverflowError:  # an int beyond 1.8e308
+            raise _Mismatch("a positive duration of at most 10 years") from None
     elif isinstance(value, str):
         try:
             seconds = parse_duration(value).total_seconds()
