@@ -21,6 +21,7 @@ values of handler tables are checked later, by the handler classes (see :mod:`.s
 from __future__ import annotations
 
 import os
+import re
 import tomllib
 from collections.abc import Mapping
 from dataclasses import dataclass, field
@@ -46,6 +47,7 @@ PYPROJECT = "pyproject.toml"
 SECTIONS = ("accelerator", "plugins", "handlers")
 ACCELERATOR_KEYS = ("mixed_precision", "cpu")
 PLUGINS_KEYS = ("enable", "disable")
+_POSITION = re.compile(r"\s*\(at line (\d+), column (\d+)\)")
 
 
 @dataclass
@@ -113,9 +115,13 @@ def read_toml(path: Path) -> dict[str, Any]:
     except OSError as exc:
         raise ConfigFileError(str(path), f"cannot read: {exc.strerror or exc}") from None
     except tomllib.TOMLDecodeError as exc:
-        line = getattr(exc, "lineno", None)
-        column = getattr(exc, "colno", None)
-        reason = getattr(exc, "msg", None) or str(exc)
+        # Python 3.14 adds lineno/colno; before that the position is only in the message.
+        reason = str(exc)
+        line, column = getattr(exc, "lineno", None), getattr(exc, "colno", None)
+        found = _POSITION.search(reason)
+        if found:
+            reason = reason[: found.start()].rstrip()
+            line, column = line or int(found.group(1)), column or int(found.group(2))
         raise ConfigFileError(
             str(path), f"invalid TOML: {reason}", line=line, column=column
         ) from None

@@ -14,7 +14,14 @@ __all__ = ["build_parser", "main"]
 
 # Each module has ``add_parser(subparsers)``, which sets ``func(args) -> int`` on its parser.
 # Modules are imported when the parser is built, so they keep heavy imports inside functions.
-COMMAND_MODULES = ("accelkw_core.cli.plugins_cmd",)
+COMMAND_MODULES = (
+    "accelkw_core.cli.plugins_cmd",
+    "accelkw_core.cli.config_cmd",
+    "accelkw_core.cli.plan_cmd",
+    "accelkw_core.cli.launch_cmd",
+    "accelkw_core.cli.demo_cmd",
+    "accelkw_core.cli.env_cmd",
+)
 
 
 def build_parser() -> argparse.ArgumentParser:

@@ -11,9 +11,12 @@ __all__ = ["jsonable", "print_json", "table"]
 
 def jsonable(value: Any) -> Any:
     """``value`` as plain JSON data: enums by value, durations in seconds, callables by name."""
+    import enum
+
+    if isinstance(value, enum.Enum):  # before str/int: a StrEnum member is also a str
+        return jsonable(value.value)
     if value is None or isinstance(value, bool | int | float | str):
         return value
-    import enum
     from datetime import timedelta
 
     if isinstance(value, enum.Enum):

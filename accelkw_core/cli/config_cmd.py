@@ -1,0 +1,64 @@
+"""``accelkw config check [FILE]``: validate a config and print the effective settings."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from typing import Any
+
+__all__ = ["add_parser", "cmd_check"]
+
+
+def add_parser(sub: Any) -> None:
+    config = sub.add_parser("config", help="check configuration files")
+    csub = config.add_subparsers(dest="config_command", metavar="ACTION", required=True)
+    check = csub.add_parser(
+        "check",
+        help="validate a config (and ACCELKW_* variables); print the effective settings",
+        description="Validate FILE (default: ACCELKW_CONFIG, ./accelkw.toml, or "
+        "./pyproject.toml [tool.accelkw]) together with the ACCELKW_* environment variables, "
+        "and print the settings a run would use. Fields marked * differ from their default. "
+        "Exit status 1 when anything is wrong.",
+    )
+    check.add_argument("file", nargs="?", help="the config file to check")
+    check.add_argument("--json", action="store_true", help="print JSON")
+    check.set_defaults(func=cmd_check)
+
+
+def cmd_check(args: argparse.Namespace) -> int:
+    from accelkw_core.cli.render import print_json
+    from accelkw_core.cli.settings_view import accelerator_lines, handler_lines, settings_json
+    from accelkw_core.errors import AccelkwError
+    from accelkw_core.registry import get_registry
+    from accelkw_core.settings import resolve_settings
+
+    registry = get_registry()
+    try:
+        settings = resolve_settings(config=args.file, registry=registry, collect_errors=True)
+    except AccelkwError as exc:
+        if args.json:
+            print_json({"ok": False, "errors": [str(exc)]})
+        else:
+            print(f"accelkw: error: {exc}", file=sys.stderr)
+        return 1
+    versions = {name: info.version for name, info in registry.handlers().items()}
+    ok = not settings.errors
+    if args.json:
+        print_json({"ok": ok, **settings_json(settings, versions)})
+        return 0 if ok else 1
+    print(f"config: {settings.config.label}")
+    print("accelerator:")
+    for line in accelerator_lines(settings):
+        print(line)
+    print("handlers, in apply order:" if settings.handlers else "handlers: none installed")
+    for i, hs in enumerate(settings.handlers, 1):
+        for line in handler_lines(hs, i, versions.get(hs.name)):
+            print(f"  {line}")
+    for name, reason in settings.disabled.items():
+        print(f"disabled: {name} ({reason})")
+    for note in settings.notes:
+        print(f"note: {note}")
+    for err in settings.errors:
+        print(f"accelkw: error: {err}", file=sys.stderr)
+    print(f"{'ok' if ok else 'invalid'}: {len(settings.errors)} error(s)")
+    return 0 if ok else 1

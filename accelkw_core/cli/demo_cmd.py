@@ -1,0 +1,149 @@
+"""``accelkw demo``: train a small model with every installed handler and summarise the run.
+
+The training script is :mod:`accelkw_core.demo`, run on N CPU processes through the same
+machinery as ``accelkw launch``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+from typing import Any
+
+__all__ = ["add_parser", "cmd_demo", "format_summary"]
+
+
+def add_parser(sub: Any) -> None:
+    demo = sub.add_parser(
+        "demo",
+        help="train a small MLP on synthetic data with every installed handler",
+        description="Train a small MLP on synthetic data on N processes (default 2, CPU) "
+        "through accelkw launch, with every installed handler composed; print progress, "
+        "export a profiler trace when the profile plugin is installed, and summarise.",
+    )
+    demo.add_argument("--config", help="config file for the run (sets ACCELKW_CONFIG)")
+    demo.add_argument("--nproc-per-node", "--nproc_per_node", type=int, default=2)
+    demo.add_argument("--steps", type=int, default=60, help="optimizer steps (default 60)")
+    demo.add_argument("--trace-dir", help="where the profiler trace goes (default: a temp dir)")
+    demo.add_argument(
+        "--mixed-precision",
+        choices=("no", "fp16", "bf16"),
+        help="default: the config's or ACCELKW_MIXED_PRECISION, else bf16",
+    )
+    demo.add_argument("--gpu", action="store_true", help="train on CUDA when available")
+    demo.add_argument("--json", action="store_true", help="print the summary as JSON")
+    demo.set_defaults(func=cmd_demo)
+
+
+def _tracer(settings: Any) -> Any:
+    # Any composed handler with an output_trace_dir field (the profile plugin's does).
+    for hs in settings.handlers:
+        if "output_trace_dir" in hs.handler.field_values():
+            return hs
+    return None
+
+
+def _trace_dir(args: argparse.Namespace, tracer: Any) -> str | None:
+    if tracer is None:
+        return None
+    if args.trace_dir:
+        return os.path.abspath(str(args.trace_dir))
+    configured = tracer.handler.output_trace_dir
+    if configured:
+        return os.path.abspath(str(configured))
+    import tempfile
+
+    return tempfile.mkdtemp(prefix="accelkw-demo-trace-")
+
+
+def cmd_demo(args: argparse.Namespace) -> int:
+    import json
+    import tempfile
+
+    from accelkw_core.cli.launch_cmd import PASSTHROUGH, build_command, run_child
+    from accelkw_core.cli.render import print_json
+    from accelkw_core.errors import ConfigError
+    from accelkw_core.settings import resolve_settings
+
+    if args.nproc_per_node < 1 or args.steps < 1:
+        bad = ("nproc_per_node", args.nproc_per_node) if args.nproc_per_node < 1 else None
+        field, value = bad or ("steps", args.steps)
+        raise ConfigError("demo", field, value, "an integer >= 1")
+    settings = resolve_settings(config=args.config)  # a bad config fails here, not per worker
+    env = dict(os.environ)
+    tracer = _tracer(settings)
+    trace_dir = _trace_dir(args, tracer)
+    if trace_dir is not None:
+        env[f"ACCELKW_{tracer.name.upper()}__OUTPUT_TRACE_DIR"] = trace_dir
+    mixed = args.mixed_precision
+    if mixed is None and settings.accelerator_sources.get("mixed_precision") == "default":
+        mixed = "bf16"  # show autocast at work unless the user chose a precision
+    fd, summary_file = tempfile.mkstemp(prefix="accelkw-demo-", suffix=".json")
+    os.close(fd)
+    script = ["--steps", str(args.steps), "--summary-file", summary_file]
+    script += ["--mixed-precision", mixed] if mixed else []
+    script += ["--gpu"] if args.gpu else []
+    launch = argparse.Namespace(nproc_per_node=str(args.nproc_per_node), config=args.config)
+    for key in PASSTHROUGH:
+        setattr(launch, key, None)
+    cmd, env = build_command(launch, "accelkw_core.demo", script, module=True, env=env)
+    names = ", ".join(h.name for h in settings.handlers) or "none installed"
+    device = "CUDA" if args.gpu else "CPU"
+    print(
+        f"accelkw demo: MLP on synthetic data, {args.nproc_per_node} {device} process(es), "
+        f"{args.steps} steps; handlers: {names}",
+        flush=True,
+    )
+    try:
+        code = run_child(cmd, env, direct=args.nproc_per_node == 1)
+        if code != 0:
+            print(f"accelkw demo: the training run failed (exit status {code})", file=sys.stderr)
+            return code
+        with open(summary_file, encoding="utf-8") as fh:
+            summary = json.load(fh)
+    finally:
+        os.unlink(summary_file)
+    summary["trace_dir"] = trace_dir
+    summary["traces"] = sorted(os.listdir(trace_dir)) if trace_dir else []
+    if args.json:
+        print_json(summary)
+    else:
+        print(format_summary(summary))
+    return 0
+
+
+def format_summary(summary: dict[str, Any]) -> str:
+    """The end-of-run summary as text."""
+    lines = [
+        "",
+        "summary",
+        f"  processes:       {summary['world_size']} on {summary['device']}, "
+        f"mixed precision {summary['mixed_precision']!r}",
+        "  handlers applied (in order) and what each did:",
+    ]
+    for entry in summary["log"]:
+        mark = "" if entry["applied"] else " [not applied]"
+        lines.append(f"    {entry['handler']}: {entry['message']}{mark}")
+    lines.append(
+        f"  loss:            {summary['loss_first']:.4f} -> {summary['loss_last']:.4f} "
+        f"over {summary['steps']} steps (global batch {summary['global_batch']})"
+    )
+    if summary.get("skipped_steps"):
+        lines.append(f"  skipped steps:   {summary['skipped_steps']} (gradient scaler: inf/NaN)")
+    lines.append(f"  throughput:      {summary['samples_per_s']:,.0f} samples/s")
+    spread = summary.get("param_spread")
+    if spread is None:
+        sync = "not checked (no process group)"
+    else:
+        sync = "identical on every rank" if spread == 0 else f"differ by up to {spread:.3g}"
+    lines.append(f"  parameters:      {sync}")
+    if summary.get("trace_dir") is None:
+        lines.append("  trace:           none (no profiler installed: pip install accelkw-profile)")
+    elif summary["traces"]:
+        files = ", ".join(summary["traces"])
+        lines.append(f"  trace:           {summary['trace_dir']} ({files})")
+    else:
+        lines.append(f"  trace:           none written to {summary['trace_dir']}")
+    lines.append(f"  time:            {summary['seconds']:.1f} s of training")
+    return "\n".join(lines)

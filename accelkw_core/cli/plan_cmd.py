@@ -1,0 +1,102 @@
+"""``accelkw plan``: what a run would compose and do here, without doing any of it."""
+
+from __future__ import annotations
+
+import argparse
+import os
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from accelkw_core.settings import Settings
+
+__all__ = ["add_parser", "build_plan", "cmd_plan"]
+
+
+def add_parser(sub: Any) -> None:
+    plan = sub.add_parser(
+        "plan",
+        help="dry run: the handlers a run would apply, their values and what each would do",
+        description="Show the handlers a run would compose, in apply order, with their effective "
+        "values (* marks a value that differs from the default, with where it came from) and "
+        "what each would do on this machine and world size. Applies nothing and creates no "
+        "process group.",
+    )
+    plan.add_argument("--config", help="the config file (default: the usual lookup)")
+    plan.add_argument(
+        "--nproc-per-node",
+        "--nproc_per_node",
+        type=int,
+        default=None,
+        help="the world size to plan for (default: WORLD_SIZE, else 1)",
+    )
+    plan.add_argument("--json", action="store_true", help="print JSON")
+    plan.set_defaults(func=cmd_plan)
+
+
+def build_plan(config: str | None, nproc: int | None) -> tuple[Settings, dict[str, Any]]:
+    """The settings and the plan as JSON data; raises ``AccelkwError`` for a bad config."""
+    from accelkw_core.checks import gaps_in_plan
+    from accelkw_core.cli.settings_view import settings_json
+    from accelkw_core.errors import ConfigError
+    from accelkw_core.registry import get_registry
+    from accelkw_core.settings import resolve_settings
+    from accelkw_core.state import AcceleratorState
+
+    registry = get_registry()
+    settings = resolve_settings(config=config, registry=registry)
+    world_size = nproc if nproc is not None else int(os.environ.get("WORLD_SIZE") or 1)
+    if world_size < 1:
+        raise ConfigError("plan", "nproc_per_node", world_size, "an integer >= 1")
+    state = AcceleratorState(
+        mixed_precision=settings.mixed_precision,
+        cpu=settings.cpu,
+        world_size=world_size,
+        local_world_size=world_size,
+        master_addr=os.environ.get("MASTER_ADDR") or "127.0.0.1",
+        master_port=int(os.environ.get("MASTER_PORT") or 29500),
+    )
+    installed = registry.handlers()
+    versions = {name: info.version for name, info in installed.items()}
+    data = settings_json(settings, versions)
+    for entry, hs in zip(data["handlers"], settings.handlers, strict=True):
+        try:
+            entry["plan"] = hs.handler.describe(state)
+        except Exception as exc:  # a plugin's describe() must not hide the rest of the plan
+            entry["plan"] = f"describe() failed: {type(exc).__name__}: {exc}"
+    composed = {hs.name for hs in settings.handlers}
+    data["world_size"] = world_size
+    data["device_type"] = state.device_type
+    data["warnings"] = gaps_in_plan(world_size, composed, installed, settings.disabled)
+    return settings, data
+
+
+def cmd_plan(args: argparse.Namespace) -> int:
+    from accelkw_core.cli.render import print_json
+    from accelkw_core.cli.settings_view import accelerator_lines, handler_lines
+
+    settings, data = build_plan(args.config, args.nproc_per_node)
+    if args.json:
+        print_json(data)
+        return 0
+    print(
+        f"plan: world size {data['world_size']}, device {data['device_type']}, "
+        f"config {settings.config.label}"
+    )
+    print("accelerator:")
+    for line in accelerator_lines(settings):
+        print(line)
+    if not data["handlers"]:
+        print("handlers: none (pip install accelkw-autocast accelkw-ddp ... to add some)")
+    else:
+        print("handlers, in apply order:")
+    for i, (entry, hs) in enumerate(zip(data["handlers"], settings.handlers, strict=True), 1):
+        for line in handler_lines(hs, i, entry["version"]):
+            print(f"  {line}")
+        print(f"     -> {entry['plan']}")
+    for name, reason in data["disabled"].items():
+        print(f"disabled: {name} ({reason})")
+    for note in data["notes"]:
+        print(f"note: {note}")
+    for warning in data["warnings"]:
+        print(f"warning: {warning}")
+    return 0

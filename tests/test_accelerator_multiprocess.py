@@ -1,0 +1,54 @@
+"""The Accelerator in real two-process gloo groups, with handlers written against the core."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import pytest
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+import runtime_helpers as rh
+
+from accelkw_core.testing import run_workers
+
+pytestmark = pytest.mark.multiprocess
+pytest.importorskip("torch")
+
+
+def test_gather_reduce_barrier_prepare_and_teardown_across_two_processes() -> None:
+    results = run_workers(rh.collectives_worker, 2, timeout=120)
+    for rank, out in enumerate(results):
+        assert out["gathered"] == [[0, 10], [1, 11]]
+        assert out["scalar"] == [0.0, 1.0]
+        assert out["nested"] == {"a": [0, 1], "b": [0, 2]}
+        assert out["sum"] == [2.0, 1.0]
+        assert out["mean"] == [2.0, 0.5]
+        assert out["wrapped"] == "DistributedDataParallel"
+        assert out["unwrapped"] == "Linear"
+        assert (out["process_index"], out["num_processes"]) == (rank, 2)
+        assert out["is_main"] is (rank == 0)
+        assert "group: gloo group" in out["log"]
+        assert out["group_after_end"] is False  # end_training destroyed the group
+
+
+def test_data_loaders_are_sharded_disjointly_and_reshuffled_per_epoch() -> None:
+    r0, r1 = run_workers(rh.loader_worker, 2, timeout=120)
+    assert r0["batch_size"] == 3  # per process, as the user built it
+    for epoch in ("epoch0", "epoch1"):
+        seen0 = [i for batch in r0[epoch] for i in batch]
+        seen1 = [i for batch in r1[epoch] for i in batch]
+        assert len(seen0) == len(seen1) == 8
+        assert sorted(seen0 + seen1) == list(range(16))  # disjoint halves that cover the data
+    assert r0["epoch0"] != r0["epoch1"]  # a new order each pass
+    assert r0["again0"] == r0["epoch0"]  # set_epoch(0) replays epoch 0
+    # Without shuffle the DistributedSampler deals indices round-robin, in order.
+    assert [i for b in r0["ordered"] for i in b] == [0, 2, 4, 6, 8, 10, 12, 14]
+    assert [i for b in r1["ordered"] for i in b] == [1, 3, 5, 7, 9, 11, 13, 15]
+
+
+def test_a_group_without_a_model_wrapper_warns_that_gradients_are_not_synchronised() -> None:
+    for messages in run_workers(rh.no_sync_worker, 2, timeout=120):
+        assert len(messages) == 1, messages
+        assert "gradients will not be synchronised" in messages[0]
+        assert "pip install accelkw-ddp" in messages[0]
