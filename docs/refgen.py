@@ -1,0 +1,470 @@
+"""Reference text generated from the code: handler field tables, the CLI and the hook specs.
+
+Used by ``docs/hooks.py`` at build time and by ``tests/test_docs.py``. It imports the core and
+the handler plugins (never torch), so a page can never disagree with the installed code. Every
+problem is a :class:`DocsError` whose message says what is missing and how to fix it.
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import enum
+import functools
+import importlib
+import inspect
+import logging
+import re
+import textwrap
+from collections.abc import Callable, Iterator, Mapping
+from datetime import timedelta
+from typing import Any
+
+__all__ = [
+    "BUILTIN_HANDLERS",
+    "DocsError",
+    "HookDoc",
+    "cli_anchor",
+    "cli_commands",
+    "cli_reference",
+    "docstring_md",
+    "fields_table",
+    "handler_class",
+    "handler_docstring",
+    "handler_summary",
+    "handlers_overview",
+    "hook_docs",
+    "hook_reference",
+    "rst_to_md",
+]
+
+# The built-in handlers, in the order the docs present them (registry names).
+BUILTIN_HANDLERS = ("autocast", "ddp", "profile", "grad_scaler", "process_group")
+
+LABELS = {
+    "en": {
+        "field": "Field",
+        "type": "Type",
+        "default": "Default",
+        "doc": "Description",
+        "factory": "a new one per instance",
+        "class": "Class",
+        "import": "Import",
+        "distribution": "Distribution",
+        "after": "Applied after",
+        "none": "(no constraint)",
+        "handler": "Handler (config key)",
+        "fields": "Fields",
+        "range": "Range",
+        "untranslated": "",
+    },
+    "ar": {
+        "field": "الحقل",
+        "type": "النوع",
+        "default": "الافتراضي",
+        "doc": "الوصف",
+        "factory": "كائن جديد لكل نسخة",
+        "class": "الفئة",
+        "import": "الاستيراد",
+        "distribution": "التوزيعة (الحزمة)",
+        "after": "يُطبَّق بعد",
+        "none": "(بلا قيد)",
+        "handler": "المعالج (مفتاح التكوين)",
+        "fields": "الحقول",
+        "range": "النطاق",
+        "untranslated": "(بالإنجليزية) ",
+    },
+}
+
+
+log = logging.getLogger("mkdocs.hooks.refgen")
+
+
+class DocsError(Exception):
+    """The docs cannot be generated from the installed code; the message says why."""
+
+
+# -- handlers --------------------------------------------------------------------------------
+
+
+@functools.cache
+def handler_class(name: str) -> type:
+    """The handler class registered as ``name`` by a built-in plugin, imported without torch."""
+    from accelkw_core.known import HANDLER_DISTRIBUTIONS, REFERENCE_NAMES
+
+    dist = HANDLER_DISTRIBUTIONS.get(name)
+    if dist is None:
+        raise DocsError(
+            f"no built-in handler named {name!r}; known: {', '.join(HANDLER_DISTRIBUTIONS)}"
+        )
+    module_name = next(mod for mod, d in REFERENCE_NAMES.values() if d == dist)
+    folder = dist.removeprefix("accelkw-")
+    try:
+        module = importlib.import_module(module_name)
+    except ImportError as exc:
+        raise DocsError(
+            f"the {name!r} handler page needs the {dist} distribution, which cannot be imported "
+            f"({exc}). Install it (pip install -e plugins/{folder}) and build again; the field "
+            "table is generated from the installed class, never copied."
+        ) from exc
+    for value in vars(module).values():
+        if isinstance(value, type) and getattr(value, "name", None) == name:
+            return value
+    raise DocsError(f"{module_name} ({dist}) defines no handler class named {name!r}")
+
+
+def _fields(cls: type) -> Iterator[tuple[Any, bool]]:
+    from accelkw_core.validation import field_specs
+
+    factories = {
+        f.name for f in dataclasses.fields(cls) if f.default_factory is not dataclasses.MISSING
+    }
+    for spec in field_specs(cls).values():
+        yield spec, spec.name in factories
+
+
+def _default_text(value: Any) -> str:
+    if isinstance(value, enum.Enum):
+        return f"`{type(value).__name__}.{value.name}` (`{value.value!r}`)"
+    if isinstance(value, timedelta):
+        return f"`timedelta(seconds={value.total_seconds():g})`"
+    if callable(value):
+        return f"`{getattr(value, '__qualname__', repr(value))}`"
+    return f"`{value!r}`"
+
+
+def _range_text(ranges: Mapping[str, float]) -> str:
+    words = {"ge": ">=", "gt": ">", "le": "<=", "lt": "<"}
+    return " and ".join(f"{words[k]} {v:g}" for k, v in ranges.items())
+
+
+def _cell(text: str) -> str:
+    """Table-cell text: one line, and ``|`` outside code spans escaped."""
+    parts = re.split(r"(`[^`]*`)", " ".join(text.split()))
+    return "".join(p if p.startswith("`") else p.replace("|", "&#124;") for p in parts)
+
+
+def fields_table(name: str, lang: str = "en", docs: Mapping[str, str] | None = None) -> str:
+    """The Markdown field table of handler ``name``: names, types, defaults and docs.
+
+    ``docs`` replaces the description of the named fields (the Arabic pages); a name in it
+    that is not a field is an error, so a translation cannot outlive a renamed field.
+    """
+    from accelkw_core.validation import describe_type
+
+    cls = handler_class(name)
+    labels = LABELS[lang]
+    docs = dict(docs or {})
+    untranslated: list[str] = []
+    rows = [
+        f"| {labels['field']} | {labels['type']} | {labels['default']} | {labels['doc']} |",
+        "|---|---|---|---|",
+    ]
+    for spec, factory in _fields(cls):
+        default = _default_text(spec.default)
+        if factory:
+            default += f" ({labels['factory']})"
+        if not spec.doc.strip():
+            raise DocsError(
+                f"{cls.__name__}.{spec.name} has no documentation: give it "
+                "handler_field(..., doc='...')"
+            )
+        doc = docs.pop(spec.name, None)
+        if doc is None:
+            doc = labels["untranslated"] + rst_to_md(spec.doc)
+            if lang != "en":
+                untranslated.append(spec.name)
+        if spec.ranges:
+            doc += f" {labels['range']}: `{_range_text(spec.ranges)}`."
+        rows.append(f"| `{spec.name}` | `{describe_type(spec.type)}` | {default} | {_cell(doc)} |")
+    if docs:
+        raise DocsError(
+            f"the {lang} page of {name!r} describes fields that {cls.__name__} does not have: "
+            f"{', '.join(sorted(docs))}"
+        )
+    if untranslated:
+        log.info("%s page of %r: no translation for %s", lang, name, ", ".join(untranslated))
+    return "\n".join(rows)
+
+
+def docstring_md(doc: str) -> str:
+    """A reST docstring as Markdown: ``::`` literal blocks become Python code blocks."""
+    lines = inspect.cleandoc(doc).splitlines()
+    out: list[str] = []
+    text: list[str] = []
+    i = 0
+    while i < len(lines):
+        line = lines[i].rstrip()
+        i += 1
+        if not line.endswith("::"):
+            text.append(line)
+            continue
+        head = line[:-2].rstrip()
+        text.append("**Example**" if head == "Example" else (head + ":" if head else ""))
+        block = []
+        while i < len(lines) and (not lines[i].strip() or lines[i].startswith((" ", "\t"))):
+            block.append(lines[i])
+            i += 1
+        code = textwrap.dedent("\n".join(block)).strip("\n")
+        out += [rst_to_md("\n".join(text)), "", "```python", code, "```", ""]
+        text = []
+    out.append(rst_to_md("\n".join(text)))
+    return "\n".join(out).strip() + "\n"
+
+
+def handler_docstring(name: str) -> str:
+    """The class docstring of handler ``name`` as Markdown (an empty one is an error)."""
+    cls = handler_class(name)
+    if not (cls.__doc__ or "").strip():
+        raise DocsError(f"{cls.__name__} has no docstring: say what the handler customises")
+    return docstring_md(cls.__doc__ or "")
+
+
+def _dist_of(name: str) -> str:
+    from accelkw_core.known import HANDLER_DISTRIBUTIONS
+
+    return HANDLER_DISTRIBUTIONS[name]
+
+
+def handler_summary(name: str, lang: str = "en") -> str:
+    """A two-column table: class, import line, distribution and ordering of handler ``name``."""
+    cls = handler_class(name)
+    labels = LABELS[lang]
+    package = cls.__module__.split(".")[0]
+    after = ", ".join(f"`{a}`" for a in getattr(cls, "after", ())) or labels["none"]
+    rows = [
+        f"| {labels['handler']} | `{name}` |",
+        "|---|---|",
+        f"| {labels['class']} | `{cls.__name__}` |",
+        f"| {labels['import']} | `from {package} import {cls.__name__}` |",
+        f"| {labels['distribution']} | `{_dist_of(name)}` |",
+        f"| {labels['after']} | {after} |",
+    ]
+    return "\n".join(rows)
+
+
+def handlers_overview(lang: str = "en", link_prefix: str = "") -> str:
+    """A table of the built-in handlers with links to their pages."""
+    labels = LABELS[lang]
+    rows = [
+        f"| {labels['handler']} | {labels['class']} | {labels['distribution']} | "
+        f"{labels['fields']} |",
+        "|---|---|---|---|",
+    ]
+    for name in BUILTIN_HANDLERS:
+        cls = handler_class(name)
+        fields = ", ".join(f"`{spec.name}`" for spec, _ in _fields(cls))
+        rows.append(
+            f"| [`{name}`]({link_prefix}{name}.md) | `{cls.__name__}` | `{_dist_of(name)}` | "
+            f"{fields} |"
+        )
+    return "\n".join(rows)
+
+
+# -- the command line ------------------------------------------------------------------------
+
+
+def _subcommands(parser: argparse.ArgumentParser) -> list[tuple[str, str, Any]]:
+    out = []
+    for action in parser._actions:
+        if isinstance(action, argparse._SubParsersAction):
+            helps = {a.dest: a.help or "" for a in action._choices_actions}
+            out.extend((name, helps.get(name, ""), p) for name, p in action.choices.items())
+    return out
+
+
+def cli_anchor(command: str) -> str:
+    """The id of a command's heading in the CLI reference: ``accelkw-plugins-list``."""
+    return re.sub(r"[^a-z0-9]+", "-", command.lower()).strip("-")
+
+
+def cli_commands() -> list[tuple[str, str, argparse.ArgumentParser]]:
+    """Every command of ``accelkw`` as ``(full command, help, parser)``, depth first."""
+    from accelkw_core.cli.main import build_parser
+
+    root = build_parser()
+    out: list[tuple[str, str, argparse.ArgumentParser]] = []
+
+    def walk(prefix: str, parser: argparse.ArgumentParser) -> None:
+        for name, help_text, sub in _subcommands(parser):
+            command = f"{prefix} {name}"
+            out.append((command, help_text, sub))
+            walk(command, sub)
+
+    out.append(("accelkw", root.description or "", root))
+    walk("accelkw", root)
+    return out
+
+
+def _sentence(text: str) -> str:
+    """Help text as a sentence: a capital first letter and a closing full stop."""
+    text = " ".join(text.split())
+    if not text:
+        return text
+    text = text[0].upper() + text[1:]
+    return text if text.endswith((".", "!", "?")) else text + "."
+
+
+def _option_rows(parser: argparse.ArgumentParser) -> list[str]:
+    formatter = parser._get_formatter()
+    rows = []
+    for action in parser._actions:
+        if isinstance(action, argparse._HelpAction | argparse._SubParsersAction):
+            continue
+        if action.help == argparse.SUPPRESS:
+            continue
+        if action.option_strings:
+            metavar = (
+                ""
+                if action.nargs == 0
+                else " " + formatter._format_args(action, action.dest.upper())
+            )
+            name = ", ".join(f"`{opt}{metavar}`" for opt in action.option_strings)
+        else:
+            name = f"`{formatter._format_args(action, action.dest)}`"
+        text = _sentence(formatter._expand_help(action) if action.help else "")
+        if action.choices:
+            text += " Choices: " + ", ".join(f"`{c}`" for c in action.choices) + "."
+        default = action.default
+        shown = default not in (None, False, argparse.SUPPRESS) and action.nargs != 0
+        if shown and "default" not in text.lower():
+            text += f" Default: `{default}`."
+        rows.append(f"| {name} | {_cell(text)} |")
+    return rows
+
+
+def cli_reference() -> str:
+    """Markdown for every command: its help, usage and options, in parser order."""
+    parts = []
+    for command, help_text, parser in cli_commands():
+        parser.formatter_class = functools.partial(argparse.HelpFormatter, width=88)
+        depth = command.count(" ")
+        heading = "#" * min(2 + max(depth - 1, 0), 4)
+        parts.append(f"{heading} `{command}` {{#{cli_anchor(command)}}}\n")
+        if help_text:
+            parts.append(_sentence(help_text) + "\n")
+        if parser.description and parser.description != help_text:
+            parts.append(_sentence(parser.description) + "\n")
+        parts.append("```text\n" + parser.format_usage().strip() + "\n```\n")
+        rows = _option_rows(parser)
+        if rows:
+            parts.append("| Argument | Meaning |\n|---|---|\n" + "\n".join(rows) + "\n")
+        subs = _subcommands(parser)
+        if subs:
+            items = ", ".join(
+                f"[`{command} {name}`](#{cli_anchor(f'{command} {name}')})" for name, _, _ in subs
+            )
+            parts.append(f"Subcommands: {items}.\n")
+    return "\n".join(parts)
+
+
+# -- hook specifications ---------------------------------------------------------------------
+
+
+@dataclasses.dataclass
+class HookDoc:
+    """One hook specification, parsed from its signature and docstring."""
+
+    name: str
+    signature: str
+    description: str
+    params: list[tuple[str, str, str]]  # (name, annotation, text)
+    returns: str
+    example: str
+    options: dict[str, Any]
+
+
+_PARAM = re.compile(r"^:param (\w+):\s*(.*)$")
+
+
+def rst_to_md(text: str) -> str:
+    """``code`` and :role:`~a.b.C` markup of docstrings as Markdown code spans."""
+    text = re.sub(r":\w+:`~?([\w.]+)`", lambda m: f"`{m.group(1).rsplit('.', 1)[-1]}`", text)
+    return re.sub(r"``(.+?)``", r"`\1`", text, flags=re.S)
+
+
+def _parse_hook(name: str, fn: Callable[..., Any], options: dict[str, Any]) -> HookDoc:
+    doc = inspect.cleandoc(fn.__doc__ or "")
+    problems = []
+    if not doc:
+        raise DocsError(f"hook {name} has no docstring: document it with :param and Example::")
+    lines = doc.splitlines()
+    description: list[str] = []
+    params: dict[str, str] = {}
+    example: list[str] = []
+    mode, current = "text", ""
+    for line in lines:
+        m = _PARAM.match(line)
+        if m:
+            mode, current = "param", m.group(1)
+            params[current] = m.group(2)
+        elif line.strip().endswith("Example::"):
+            mode = "example"
+        elif mode == "param" and line.startswith((" ", "\t")):
+            params[current] += " " + line.strip()
+        elif mode == "example":
+            example.append(line)
+        elif line.strip() or mode == "text":
+            mode = "text"
+            description.append(line)
+    sig = inspect.signature(fn)
+    annotations = {k: str(v) for k, v in fn.__annotations__.items()}
+    rows = []
+    for pname in sig.parameters:
+        if pname not in params or not params[pname].strip():
+            problems.append(f"no ':param {pname}:' line")
+        rows.append((pname, annotations.get(pname, ""), rst_to_md(params.get(pname, ""))))
+    problems += [f"':param {p}:' names no parameter" for p in params if p not in sig.parameters]
+    code = inspect.cleandoc("\n".join(example))
+    if not code:
+        problems.append("no 'Example::' block")
+    if not "\n".join(description).strip():
+        problems.append("no description before the parameters")
+    if problems:
+        raise DocsError(f"hook {name} is not fully documented: {'; '.join(problems)}")
+    args = ", ".join(f"{p}: {a}" if a else p for p, a, _ in rows)
+    returns = annotations.get("return", "None")
+    return HookDoc(
+        name=name,
+        signature=f"def {name}({args}) -> {returns}",
+        description=rst_to_md("\n".join(description).strip()),
+        params=rows,
+        returns=returns,
+        example=code,
+        options={k: v for k, v in options.items() if v},
+    )
+
+
+def hook_docs() -> list[HookDoc]:
+    """Every hook specification in ``accelkw_core.hookspecs``, in source order."""
+    from accelkw_core import hookspecs
+
+    marker = f"{hookspecs.PROJECT}_spec"
+    found = [
+        (name, fn)
+        for name, fn in vars(hookspecs).items()
+        if callable(fn) and getattr(fn, marker, None) is not None
+    ]
+    found.sort(key=lambda item: inspect.getsourcelines(item[1])[1])
+    if not found:
+        raise DocsError("accelkw_core.hookspecs defines no hook specifications")
+    return [_parse_hook(name, fn, dict(getattr(fn, marker))) for name, fn in found]
+
+
+def hook_reference() -> str:
+    """Markdown for every hook, each with the same template."""
+    parts = []
+    for hook in hook_docs():
+        params = ", ".join(p for p, _, _ in hook.params)
+        parts.append(f"## {hook.name}({params}) {{#{hook.name}}}\n")
+        parts.append(f"```python\n@hookimpl\n{hook.signature}\n```\n")
+        parts.append(hook.description + "\n")
+        parts.append("**Parameters**\n")
+        parts.append("\n".join(f"- `{p}` (`{a}`): {text}" for p, a, text in hook.params) + "\n")
+        parts.append(f"**Returns** `{hook.returns}`.\n")
+        if hook.options:
+            opts = ", ".join(f"`{k}={v!r}`" for k, v in hook.options.items())
+            parts.append(f"**Calling convention**: {opts}.\n")
+        parts.append("**Example**\n")
+        parts.append(f"```python\n{hook.example}\n```\n")
+    return "\n".join(parts)
