@@ -1,0 +1,220 @@
+"""The documentation site builds with no warnings, and its generated references are complete.
+
+The site is built once per module with ``mkdocs build --strict`` (the same command CI runs);
+the tests then read the HTML. The hook-docstring checks read the source directly, so they run
+even where mkdocs is not installed.
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import functools
+import importlib
+import importlib.util
+import inspect
+import os
+import re
+import subprocess
+import sys
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from types import ModuleType
+from typing import Any
+
+import pytest
+
+from accelkw_core import hookspecs
+from accelkw_core.cli.main import build_parser
+from accelkw_core.handler import KwargsHandler
+from accelkw_core.known import HANDLER_DISTRIBUTIONS, REFERENCE_NAMES
+from tests.conftest import REPO
+
+MKDOCS = Path(sys.executable).parent / "mkdocs"
+LANGS = {"en": "", "ar": "ar/"}
+FIELD_HEADER = {"en": "<th>Field</th>", "ar": "<th>الحقل</th>"}
+
+
+def hook_specs() -> list[tuple[str, Callable[..., Any]]]:
+    marker = f"{hookspecs.PROJECT}_spec"
+    return [
+        (name, fn)
+        for name, fn in vars(hookspecs).items()
+        if callable(fn) and getattr(fn, marker, None) is not None
+    ]
+
+
+def builtin_handlers() -> dict[str, type[KwargsHandler]]:
+    """Registry name -> class of the five built-ins, imported from their plugin packages."""
+    out = {}
+    for class_name, (module, _) in REFERENCE_NAMES.items():
+        cls = getattr(importlib.import_module(module), class_name)
+        if isinstance(cls, type) and issubclass(cls, KwargsHandler):
+            out[cls.name] = cls
+    assert set(out) == set(HANDLER_DISTRIBUTIONS)
+    return out
+
+
+def commands() -> Iterator[tuple[str, argparse.ArgumentParser]]:
+    def walk(prefix: str, parser: argparse.ArgumentParser) -> Iterator[tuple[str, Any]]:
+        yield prefix, parser
+        for action in parser._actions:
+            if isinstance(action, argparse._SubParsersAction):
+                for name, sub in action.choices.items():
+                    yield from walk(f"{prefix} {name}", sub)
+
+    return walk("accelkw", build_parser())
+
+
+@functools.cache
+def load_refgen() -> ModuleType:
+    """``docs/refgen.py``, the generator the MkDocs hook uses (docs/ is not a package)."""
+    name = "accelkw_docs_refgen"
+    spec = importlib.util.spec_from_file_location(name, REPO / "docs" / "refgen.py")
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[name] = module  # dataclasses look their module up while the class is built
+    spec.loader.exec_module(module)
+    return module
+
+
+@pytest.fixture(scope="module")
+def site(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    if not MKDOCS.exists():
+        pytest.skip(
+            f"mkdocs is not installed next to {sys.executable} (pip install mkdocs-material)"
+        )
+    out = tmp_path_factory.mktemp("site")
+    proc = subprocess.run(
+        [str(MKDOCS), "build", "--strict", "--site-dir", str(out)],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=300,
+        env={**os.environ, "NO_MKDOCS_2_WARNING": "1"},
+    )
+    assert proc.returncode == 0, f"mkdocs build --strict failed:\n{proc.stderr[-6000:]}"
+    assert "WARNING" not in proc.stderr, proc.stderr[-6000:]
+    return out
+
+
+def page(site: Path, path: str) -> str:
+    return (site / path / "index.html").read_text(encoding="utf-8")
+
+
+def text_of(html: str) -> str:
+    return re.sub(r"<[^>]+>", "", html)
+
+
+# -- the build -----------------------------------------------------------------------------
+
+
+def test_site_builds_offline_with_every_page(site: Path) -> None:
+    for path in ("", "quickstart", "migrating", "configuration", "cli", "hooks", "discovery"):
+        assert (site / path / "index.html").is_file(), path
+    for path in ("plugin-tutorial", "benchmarks", "reliability", "ar", "ar/quickstart"):
+        assert (site / path / "index.html").is_file(), path
+    html = page(site, "")
+    assert "fonts.googleapis.com" not in html and "fonts.gstatic.com" not in html
+    assert not list(site.rglob("*.py")), "generator scripts must not be published"
+
+
+def test_every_hook_spec_is_in_the_hooks_page(site: Path) -> None:
+    html = page(site, "hooks")
+    specs = hook_specs()
+    assert specs
+    for name, fn in specs:
+        heading = re.search(rf'<h2 id="{name}">(.*?)</h2>', html, flags=re.S)
+        assert heading is not None, f"hook {name} has no section in the hook reference"
+        section = html[heading.end() :].split("<h2 ", 1)[0]
+        for param in inspect.signature(fn).parameters:
+            assert f"<code>{param}</code>" in section, (name, param)
+        assert "Example" in section and "@hookimpl" in text_of(section)
+
+
+@pytest.mark.parametrize("lang", sorted(LANGS))
+@pytest.mark.parametrize("name", sorted(HANDLER_DISTRIBUTIONS))
+def test_every_handler_field_is_in_its_generated_table(site: Path, name: str, lang: str) -> None:
+    cls = builtin_handlers()[name]
+    html = page(site, f"{LANGS[lang]}handlers/{name}")
+    header = FIELD_HEADER[lang]
+    tables = [t for t in re.findall(r"<table>.*?</table>", html, flags=re.S) if header in t]
+    assert len(tables) == 1, f"{lang} page of {name}: expected one generated field table"
+    cells = re.findall(r"<tr>\s*<td><code>(\w+)</code></td>", tables[0])
+    assert cells == [f.name for f in dataclasses.fields(cls) if f.init], (lang, name)
+
+
+def test_arabic_pages_are_right_to_left_with_a_language_switch(site: Path) -> None:
+    for path in ("ar", "ar/quickstart", *(f"ar/handlers/{n}" for n in HANDLER_DISTRIBUTIONS)):
+        html = page(site, path)
+        assert '<html lang="ar"' in html and '<body dir="rtl"' in html, path
+    english = page(site, "handlers/ddp")
+    assert '<body dir="ltr"' in english
+    assert 'href="../../ar/" hreflang="ar"' in english
+    assert 'hreflang="en"' in page(site, "ar/handlers/ddp")
+
+
+def test_every_cli_command_and_option_is_in_the_cli_page(site: Path) -> None:
+    html = page(site, "cli")
+    refgen = load_refgen()
+    for command, parser in commands():
+        heading = re.search(rf'<h\d id="{refgen.cli_anchor(command)}"><code>{command}</code>', html)
+        assert heading is not None, f"{command!r} is missing from the CLI reference"
+        section = html[heading.end() :].split("<h", 1)[0]
+        for action in parser._actions:
+            for option in action.option_strings:
+                if option not in ("-h", "--help"):
+                    assert option in section, (command, option)
+
+
+def test_readme_links_the_docs() -> None:
+    readme = (REPO / "README.md").read_text()
+    intro = readme.split("## Set up", 1)[0]
+    assert "docs/" in intro and "mkdocs serve" in intro
+
+
+# -- hook documentation (no mkdocs needed) ------------------------------------------------
+
+
+@pytest.mark.parametrize("name", [name for name, _ in hook_specs()])
+def test_every_hook_is_documented(name: str) -> None:
+    fn = getattr(hookspecs, name)
+    doc = inspect.getdoc(fn)
+    assert doc, f"hook {name} has no docstring"
+    assert doc.splitlines()[0].strip(), f"hook {name}: the docstring must start with a summary"
+    for param in inspect.signature(fn).parameters:
+        assert re.search(rf"^:param {param}: \S", doc, flags=re.M), (
+            f"hook {name}: document parameter {param!r} with ':param {param}: ...'"
+        )
+    example = re.search(r"Example::\n\n((?:    .*\n?|\n)+)", doc)
+    assert example and example.group(1).strip(), f"hook {name}: add an 'Example::' block"
+
+
+def test_the_generator_refuses_an_undocumented_hook() -> None:
+    refgen = load_refgen()
+
+    def accelkw_half_documented(state: object, extra: int) -> None:
+        """Does something.
+
+        :param state: documented.
+        """
+
+    with pytest.raises(refgen.DocsError, match=r"extra.*Example"):
+        refgen._parse_hook("accelkw_half_documented", accelkw_half_documented, {})
+    assert [hook.name for hook in refgen.hook_docs()] == [name for name, _ in hook_specs()]
+
+
+def test_a_missing_plugin_fails_the_build_with_the_install_line(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    refgen = load_refgen()
+    monkeypatch.setitem(HANDLER_DISTRIBUTIONS, "nothere", "accelkw-nothere")
+    monkeypatch.setitem(REFERENCE_NAMES, "NotHereKwargs", ("accelkw_nothere", "accelkw-nothere"))
+    with pytest.raises(refgen.DocsError, match=r"accelkw-nothere.*pip install -e plugins/nothere"):
+        refgen.fields_table("nothere")
+
+
+def test_a_translation_of_a_field_that_does_not_exist_fails() -> None:
+    refgen = load_refgen()
+    with pytest.raises(refgen.DocsError, match="enabeld"):
+        refgen.fields_table("autocast", "ar", {"enabeld": "نص"})
