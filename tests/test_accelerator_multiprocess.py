@@ -28,7 +28,7 @@ def test_gather_reduce_barrier_prepare_and_teardown_across_two_processes() -> No
         assert out["unwrapped"] == "Linear"
         assert (out["process_index"], out["num_processes"]) == (rank, 2)
         assert out["is_main"] is (rank == 0)
-        assert "group: gloo group" in out["log"]
+        assert "process_group: gloo group" in out["log"]
         assert out["group_after_end"] is False  # end_training destroyed the group
 
 

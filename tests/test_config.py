@@ -41,7 +41,7 @@ def knobs(settings: Settings) -> Any:
 def test_no_config_gives_defaults_for_every_installed_handler(tmp_path: Path) -> None:
     s = resolve(tmp_path)
     assert (s.mixed_precision, s.cpu) == ("no", False)
-    assert [h.name for h in s.handlers] == ["cast", "group", "knobs", "scale", "sync"]
+    assert [h.name for h in s.handlers] == ["cast", "knobs", "process_group", "ddp", "scale"]
     assert all(h.sources == {} for h in s.handlers)
     assert s.config.path is None
 
@@ -160,7 +160,7 @@ def test_the_accelerator_applies_the_merged_settings(tmp_path: Path) -> None:
 
 def test_disabled_handlers_are_not_composed(tmp_path: Path) -> None:
     s = resolve(tmp_path, '[plugins]\ndisable = ["scale", "cast"]\n')
-    assert [h.name for h in s.handlers] == ["group", "knobs", "sync"]
+    assert [h.name for h in s.handlers] == ["knobs", "process_group", "ddp"]
     assert s.disabled["scale"].startswith("listed in [plugins] disable of")
 
 
@@ -226,7 +226,7 @@ BAD_FILES = [
     (
         "[handlers.nobs]\nlevel = 1\n",
         r"accelkw.toml \[handlers\]: handlers.nobs: got '\[handlers.nobs\]', expected an "
-        r"installed handler: cast, group, knobs, scale, sync \(did you mean 'knobs'\?\)",
+        r"installed handler: cast, ddp, knobs, process_group, scale \(did you mean 'knobs'\?\)",
     ),
     (
         "[handlers]\nknobs = 3\n",
@@ -258,9 +258,9 @@ BAD_FILES = [
         r"plugins.enable: got 'knob', expected names of installed handlers: .* \(did you mean",
     ),
     (
-        "[plugins]\ndisable = ['ddp']\n",
-        r"plugins.disable: got 'ddp', expected names of installed handlers: cast, group, knobs, "
-        r"scale, sync; or pip install accelkw-ddp",
+        "[plugins]\ndisable = ['profile']\n",
+        r"plugins.disable: got 'profile', expected names of installed handlers: cast, ddp, knobs, "
+        r"process_group, scale; or pip install accelkw-profile",
     ),
     ("[plugins]\nonly = []\n", r"plugins.only: got \[\], expected one of the keys enable, disable"),
 ]

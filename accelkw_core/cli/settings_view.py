@@ -76,6 +76,18 @@ def accelerator_lines(settings: Settings) -> list[str]:
     return lines
 
 
+def show(value: Any) -> str:
+    """A value as the text views print it: enums by value, durations as ``90s``."""
+    import enum
+    from datetime import timedelta
+
+    if isinstance(value, timedelta):
+        return f"{value.total_seconds():g}s"
+    if isinstance(value, enum.Enum):
+        return repr(value.value)
+    return repr(jsonable(value))
+
+
 def handler_lines(hs: HandlerSettings, index: int, version: str | None) -> list[str]:
     """A numbered block: the handler, where it comes from, then every field (``*`` = changed)."""
     origin = hs.distribution or "code"
@@ -84,9 +96,10 @@ def handler_lines(hs: HandlerSettings, index: int, version: str | None) -> list[
     lines = [f"{index}. {hs.name}  ({type(hs.handler).__name__}, {origin})"]
     rows = field_rows(hs)
     width = max((len(r["name"]) for r in rows), default=0)
+    values = hs.handler.field_values()
     for row in rows:
         mark = "*" if row["changed"] or row["source"] != "default" else " "
-        text = f"   {mark} {row['name'].ljust(width)} = {row['value']!r}"
+        text = f"   {mark} {row['name'].ljust(width)} = {show(values[row['name']])}"
         if row["source"] != "default":
             text += f"  ({row['source']})"
         lines.append(text)

@@ -1,0 +1,273 @@
+"""``accelkw launch``: torchrun underneath, config carried, exit status and signals passed on,
+and a real two-process training run that matches a single-process full-batch run."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import signal
+import subprocess
+import sys
+import textwrap
+import time
+from pathlib import Path
+
+import pytest
+
+from accelkw_core.cli.launch_cmd import PASSTHROUGH, build_command
+from accelkw_core.errors import ConfigFileError
+
+TIMEOUT = 180
+
+
+def launch_args(**given: object) -> argparse.Namespace:
+    ns = argparse.Namespace(nproc_per_node=None, config=None)
+    for key in PASSTHROUGH:
+        setattr(ns, key, None)
+    for key, value in given.items():
+        setattr(ns, key, value)
+    return ns
+
+
+def accelkw(*args: str, cwd: Path, **kw: object) -> subprocess.CompletedProcess[str]:
+    env = {k: v for k, v in os.environ.items() if not k.startswith("ACCELKW_")}
+    return subprocess.run(
+        [sys.executable, "-m", "accelkw_core", *args],
+        cwd=cwd,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=TIMEOUT,
+        **kw,  # type: ignore[call-overload]
+    )
+
+
+def script(tmp_path: Path, name: str, body: str) -> Path:
+    path = tmp_path / name
+    path.write_text(textwrap.dedent(body))
+    return path
+
+
+# -- the command line built ------------------------------------------------------------------
+
+
+def test_one_process_and_no_option_runs_the_script_directly() -> None:
+    cmd, _ = build_command(launch_args(), "train.py", ["--lr", "1"])
+    assert cmd == [sys.executable, "train.py", "--lr", "1"]
+    cmd, _ = build_command(launch_args(nproc_per_node="1"), "pkg.train", [], module=True)
+    assert cmd == [sys.executable, "-m", "pkg.train"]
+
+
+def test_several_processes_go_through_torchrun_on_a_free_local_port() -> None:
+    cmd, _ = build_command(launch_args(nproc_per_node="2"), "train.py", ["-x"])
+    assert cmd[:5] == [sys.executable, "-m", "accelkw_core.cli.torchrun", "--nproc-per-node", "2"]
+    assert cmd[cmd.index("--master-addr") + 1] == "127.0.0.1"
+    assert int(cmd[cmd.index("--master-port") + 1]) > 0
+    assert cmd[-2:] == ["train.py", "-x"]
+
+
+def test_multi_node_options_pass_through_unchanged() -> None:
+    given = dict(
+        nproc_per_node="4",
+        nnodes="2",
+        node_rank="1",
+        rdzv_endpoint="head:29400",
+        rdzv_backend="c10d",
+        rdzv_id="job7",
+        max_restarts="3",
+    )
+    cmd, _ = build_command(launch_args(**given), "train.py", [], module=True)
+    assert cmd[3:] == [
+        "--nproc-per-node",
+        "4",
+        "--nnodes",
+        "2",
+        "--node-rank",
+        "1",
+        "--rdzv-endpoint",
+        "head:29400",
+        "--rdzv-backend",
+        "c10d",
+        "--rdzv-id",
+        "job7",
+        "--max-restarts",
+        "3",
+        "--module",
+        "train.py",
+    ]
+    # One node with an explicit port: nothing added.
+    cmd, _ = build_command(launch_args(nproc_per_node="2", master_port="1234"), "t.py", [])
+    assert "--master-addr" not in cmd and cmd[cmd.index("--master-port") + 1] == "1234"
+
+
+def test_the_config_is_checked_once_and_carried_as_an_absolute_path(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    (tmp_path / "run.toml").write_text("[accelerator]\ncpu = true\n")
+    monkeypatch.chdir(tmp_path)
+    _, env = build_command(launch_args(config="run.toml"), "t.py", [], env={})
+    assert env["ACCELKW_CONFIG"] == str(tmp_path / "run.toml")
+    (tmp_path / "bad.toml").write_text("[accelerator\n")
+    with pytest.raises(ConfigFileError, match=r"bad.toml:1:\d+: invalid TOML"):
+        build_command(launch_args(config="bad.toml"), "t.py", [], env={})
+
+
+# -- real runs -------------------------------------------------------------------------------
+
+
+def test_direct_run_passes_arguments_and_the_exit_status(tmp_path: Path) -> None:
+    script(tmp_path, "exit.py", "import sys; print(sys.argv[1:]); sys.exit(3)")
+    out = accelkw("launch", "exit.py", "--lr", "1", "--", "x", cwd=tmp_path)
+    assert out.returncode == 3
+    assert out.stdout.strip() == "['--lr', '1', '--', 'x']"
+
+
+@pytest.mark.multiprocess
+def test_workers_get_torchrun_variables_and_the_config_and_a_failure_status(
+    tmp_path: Path,
+) -> None:
+    (tmp_path / "run.toml").write_text("[accelerator]\ncpu = true\n")
+    script(
+        tmp_path,
+        "report.py",
+        """
+        import json, os, sys
+        rank = int(os.environ["RANK"])
+        keys = ("RANK", "LOCAL_RANK", "WORLD_SIZE", "MASTER_ADDR", "ACCELKW_CONFIG")
+        with open(f"rank{rank}.json", "w") as fh:
+            json.dump({k: os.environ.get(k) for k in keys} | {"argv": sys.argv[1:]}, fh)
+        sys.exit(7 if rank == 1 else 0)
+        """,
+    )
+    out = accelkw(
+        "launch", "--nproc-per-node", "2", "--config", "run.toml", "report.py", "a", cwd=tmp_path
+    )
+    assert out.returncode == 7, out.stderr[-2000:]
+    for rank in (0, 1):
+        seen = json.loads((tmp_path / f"rank{rank}.json").read_text())
+        assert seen["RANK"] == seen["LOCAL_RANK"] == str(rank)
+        assert seen["WORLD_SIZE"] == "2" and seen["MASTER_ADDR"] == "127.0.0.1"
+        assert seen["ACCELKW_CONFIG"] == str(tmp_path / "run.toml")
+        assert seen["argv"] == ["a"]
+    assert "exitcode" in out.stderr  # torchrun's failure report is shown
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    # A zombie has exited; only its entry remains until its parent reaps it.
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().split()[2] != "Z"
+    except OSError:
+        return False
+
+
+@pytest.mark.multiprocess
+@pytest.mark.parametrize("signum", [signal.SIGTERM, signal.SIGINT])
+def test_a_signal_to_launch_stops_every_worker(tmp_path: Path, signum: int) -> None:
+    script(
+        tmp_path,
+        "sleep.py",
+        """
+        import os, time
+        with open(f"pid{os.environ['RANK']}", "w") as fh:
+            fh.write(str(os.getpid()))
+        time.sleep(120)
+        """,
+    )
+    env = {k: v for k, v in os.environ.items() if not k.startswith("ACCELKW_")}
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "accelkw_core", "launch", "--nproc-per-node", "2", "sleep.py"],
+        cwd=tmp_path,
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+    )
+    try:
+        deadline = time.monotonic() + 90
+        while not all((tmp_path / f"pid{r}").exists() for r in (0, 1)):
+            assert time.monotonic() < deadline, "workers did not start"
+            assert proc.poll() is None, proc.communicate()
+            time.sleep(0.2)
+        time.sleep(0.3)  # let both pid files be written in full
+        pids = [int((tmp_path / f"pid{r}").read_text()) for r in (0, 1)]
+        proc.send_signal(signum)
+        code = proc.wait(timeout=60)
+        assert code != 0
+        deadline = time.monotonic() + 30
+        while any(_alive(pid) for pid in pids) and time.monotonic() < deadline:
+            time.sleep(0.2)
+        assert not any(_alive(pid) for pid in pids), "a worker outlived the launch"
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+
+
+TRAIN = """
+import json, sys
+import torch
+from accelkw_core import Accelerator
+
+out, global_batch = sys.argv[1], int(sys.argv[2])
+torch.set_num_threads(1)
+torch.manual_seed(0)
+gen = torch.Generator().manual_seed(1)
+x = torch.randn(64, 4, generator=gen)
+y = x @ torch.tensor([[1.0], [-2.0], [0.5], [3.0]]) + 0.1 * torch.randn(64, 1, generator=gen)
+with Accelerator(cpu=True) as acc:
+    model = torch.nn.Sequential(torch.nn.Linear(4, 8), torch.nn.Tanh(), torch.nn.Linear(8, 1))
+    opt = torch.optim.SGD(model.parameters(), lr=0.1)
+    data = torch.utils.data.TensorDataset(x, y)
+    loader = torch.utils.data.DataLoader(data, batch_size=global_batch // acc.num_processes)
+    model, opt, loader = acc.prepare(model, opt, loader)
+    for epoch in range(3):
+        for xb, yb in loader:
+            loss = torch.nn.functional.mse_loss(model(xb), yb)
+            acc.backward(loss)
+            opt.step()
+            opt.zero_grad()
+    params = [p.detach().reshape(-1).tolist() for p in acc.unwrap_model(model).parameters()]
+    with open(f"{out}/rank{acc.process_index}-of-{acc.num_processes}.json", "w") as fh:
+        json.dump({"params": params, "log": acc.state.summary()}, fh)
+"""
+
+
+@pytest.mark.multiprocess
+def test_two_process_training_matches_a_single_process_full_batch_run(tmp_path: Path) -> None:
+    pytest.importorskip(
+        "accelkw_ddp", reason="needs the accelkw-ddp plugin (pip install accelkw-ddp)"
+    )
+    pytest.importorskip(
+        "accelkw_process_group",
+        reason="needs the accelkw-process-group plugin (pip install accelkw-process-group)",
+    )
+    script(tmp_path, "train.py", TRAIN)
+    two = accelkw("launch", "--nproc-per-node", "2", "train.py", str(tmp_path), "16", cwd=tmp_path)
+    assert two.returncode == 0, two.stderr[-3000:]
+    one = accelkw("launch", "train.py", str(tmp_path), "16", cwd=tmp_path)
+    assert one.returncode == 0, one.stderr[-3000:]
+
+    def load(name: str) -> dict[str, list[list[float]]]:
+        return json.loads((tmp_path / name).read_text())
+
+    r0, r1, single = load("rank0-of-2.json"), load("rank1-of-2.json"), load("rank0-of-1.json")
+    assert r0["params"] == r1["params"], "ranks ended with different parameters"
+    flat = [v for p in r0["params"] for v in p]
+    ref = [v for p in single["params"] for v in p]
+    assert max(abs(a - b) for a, b in zip(flat, ref, strict=True)) < 1e-5
+    assert ref != [v for p in _initial(tmp_path) for v in p]  # training moved the parameters
+    log = "\n".join(r0["log"])
+    assert "ddp: wrapped Sequential in DistributedDataParallel" in log
+    assert "data loader sharded over 2 processes" in log
+
+
+def _initial(tmp_path: Path) -> list[list[float]]:
+    import torch
+
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(torch.nn.Linear(4, 8), torch.nn.Tanh(), torch.nn.Linear(8, 1))
+    return [p.detach().reshape(-1).tolist() for p in model.parameters()]
