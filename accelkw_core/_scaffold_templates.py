@@ -70,6 +70,7 @@ class $cls(KwargsHandler):
 
     Example::
 
+        from accelkw_core import Accelerator
         from $package import $cls
 
         accelerator = Accelerator(kwargs_handlers=[$cls(level=3)])
@@ -205,6 +206,7 @@ accelkw plugins show $name
 ## Use
 
 ```python
+from accelkw_core import Accelerator
 from $package import $cls
 
 accelerator = Accelerator(kwargs_handlers=[$cls(level=3)])
