@@ -13,7 +13,7 @@ from accelkw_core._version import __version__
 
 if TYPE_CHECKING:
     from accelkw_core.accelerator import Accelerator
-    from accelkw_core.compose import compose, order_handlers, resolve_handlers
+    from accelkw_core.composition import compose, order_handlers, resolve_handlers
     from accelkw_core.errors import (
         AccelkwError,
         ComposeError,
@@ -36,9 +36,9 @@ if TYPE_CHECKING:
 
 _EXPORTS = {
     "Accelerator": "accelkw_core.accelerator",
-    "compose": "accelkw_core.compose",
-    "order_handlers": "accelkw_core.compose",
-    "resolve_handlers": "accelkw_core.compose",
+    "compose": "accelkw_core.composition",
+    "order_handlers": "accelkw_core.composition",
+    "resolve_handlers": "accelkw_core.composition",
     "AccelkwError": "accelkw_core.errors",
     "ComposeError": "accelkw_core.errors",
     "ConfigError": "accelkw_core.errors",

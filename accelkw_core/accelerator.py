@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING, Any
 
 from accelkw_core import ops
 from accelkw_core.checks import gaps_after_apply, warn_gaps
-from accelkw_core.compose import compose
+from accelkw_core.composition import compose
 from accelkw_core.errors import AccelkwError
 from accelkw_core.known import install_hint
 from accelkw_core.registry import Registry, get_registry

@@ -16,7 +16,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from accelkw_core.compose import handler_key, order_handlers, resolve_handlers
+from accelkw_core.composition import handler_key, order_handlers, resolve_handlers
 from accelkw_core.config import ConfigFile, check_mixed_precision, find_config, load_config
 from accelkw_core.errors import AccelkwError, ConfigError, suggest
 from accelkw_core.handler import KwargsHandler

@@ -16,7 +16,7 @@ from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from typing import Any
 
-from accelkw_core.compose import compose, handler_key
+from accelkw_core.composition import compose, handler_key
 from accelkw_core.handler import KwargsHandler
 from accelkw_core.registry import Registry
 from accelkw_core.state import AcceleratorState

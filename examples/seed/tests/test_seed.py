@@ -17,7 +17,7 @@ import torch
 from accelkw_seed import SeedKwargs, plugin
 
 from accelkw_core import AcceleratorState, ConfigError
-from accelkw_core.compose import compose
+from accelkw_core.composition import compose
 from accelkw_core.testing import applied, apply_handler, isolated_registry, make_state, run_workers
 
 EXAMPLE = Path(__file__).resolve().parent.parent
