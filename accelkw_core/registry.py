@@ -16,7 +16,7 @@ from typing import Any, NamedTuple
 
 import pluggy
 
-from accelkw_core import hookspecs
+from accelkw_core import cache, hookspecs
 from accelkw_core.errors import PluginError, UnknownHandlerError, suggest
 from accelkw_core.handler import KwargsHandler
 
@@ -133,7 +133,9 @@ class Registry:
     ``allow``/``deny`` (plugin or distribution names) default to the ``ACCELKW_PLUGINS`` and
     ``ACCELKW_DISABLE_PLUGINS`` environment variables and are applied before any plugin module
     is imported. ``autoload=False`` (or ``ACCELKW_DISABLE_PLUGIN_AUTOLOAD=1``) reads no entry
-    points; :meth:`register_plugin` adds plugin objects in code either way.
+    points; :meth:`register_plugin` adds plugin objects in code either way. Entry points come
+    through the cache in ``cache_dir`` (``None`` with ``ACCELKW_NO_CACHE=1``; see
+    :mod:`accelkw_core.cache`).
     """
 
     def __init__(
@@ -152,6 +154,7 @@ class Registry:
         self.allow = set(allow) if allow is not None else _split_env(env.get(ENV_ALLOW))
         self.deny = set(deny) if deny is not None else (_split_env(env.get(ENV_DENY)) or set())
         self.group = group
+        self.cache_dir = cache.cache_dir(env)
         self.pm = pluggy.PluginManager(hookspecs.PROJECT)
         self.pm.add_hookspecs(hookspecs)
         self._records: dict[str, PluginRecord] = {}
@@ -166,9 +169,7 @@ class Registry:
             return self
         self._loaded = True
         if self.autoload:
-            import importlib_metadata
-
-            for ep in importlib_metadata.entry_points(group=self.group):
+            for ep in cache.entry_points(self.group, self.cache_dir):
                 self._load_entry_point(ep)
         self._handlers = None
         return self
@@ -181,10 +182,9 @@ class Registry:
             return f"in the deny-list {ENV_DENY}"
         return None
 
-    def _load_entry_point(self, ep: Any) -> None:
-        dist_name, version = _dist_identity(getattr(ep, "dist", None))
+    def _load_entry_point(self, ep: cache.EntryPointInfo) -> None:
         record = PluginRecord(
-            name=ep.name, entry_point=ep.value, distribution=dist_name, version=version
+            name=ep.name, entry_point=ep.value, distribution=ep.distribution, version=ep.version
         )
         if ep.name in self._records:
             other = self._records[ep.name]
@@ -246,8 +246,12 @@ class Registry:
             record.fail(FAILED, type(exc).__name__, _exc_text(exc))
             return
         record.plugin = plugin
+        # Only a hook without a spec can be unknown, so look at those alone: pm.get_hookcallers
+        # walks every plugin's implementations, which made loading n plugins quadratic.
         unknown = [
-            caller.name for caller in self.pm.get_hookcallers(plugin) or [] if not caller.has_spec()
+            caller.name
+            for caller in vars(self.pm.hook).values()
+            if not caller.has_spec() and any(i.plugin is plugin for i in caller.get_hookimpls())
         ]
         if unknown:
             self._reject(record, "UnknownHook", f"implements unknown hook(s): {', '.join(unknown)}")
@@ -358,24 +362,6 @@ class Registry:
             if rec.name == info.plugin and info.cls in rec.handlers:
                 return rec
         raise KeyError(info.plugin)
-
-
-_DIST_INFO = re.compile(r"^(?P<name>[^-]+)-(?P<version>[^-]+)\.dist-info$")
-
-
-def _dist_identity(dist: Any) -> tuple[str | None, str | None]:
-    """A distribution's name and version, read from its ``*.dist-info`` folder name if possible.
-
-    Reading ``dist.name`` parses the METADATA file with the ``email`` package, which costs more
-    than the whole entry-point scan; the folder name is standardised (PEP 427/503) and free.
-    """
-    if dist is None:
-        return None, None
-    path = getattr(dist, "_path", None)
-    match = _DIST_INFO.match(getattr(path, "name", "") or "")
-    if match:
-        return _norm(match["name"]), match["version"]
-    return getattr(dist, "name", None), getattr(dist, "version", None)
 
 
 def _exc_text(exc: BaseException) -> str:

@@ -1,0 +1,234 @@
+"""The entry points of one group, read from a cache that any install or uninstall invalidates.
+
+Scanning for entry points means importing ``importlib_metadata`` and reading the metadata of
+every installed distribution: most of what ``accelkw plugins list`` costs before a plugin loads.
+In the spirit of stevedore's cache, the result of a scan is kept in a file together with a
+*stamp* of everything the scan reads: the interpreter, and for each ``sys.path`` entry that holds
+distributions, in order, every ``*.dist-info``/``*.egg-info`` in it with the modification time
+and size of its ``entry_points.txt`` and of its metadata file. The next start
+rebuilds the stamp (directory listings and a few ``stat`` calls) and, when it is identical, uses
+the stored entry points; installing, upgrading or removing a distribution changes the stamp, so
+the scan runs again. The stamp is taken before the scan, so a change made during a scan is caught
+at the next start.
+
+The file is ``$XDG_CACHE_HOME/accelkw/entry-points-<key>.json`` (``~/.cache/accelkw`` when
+``XDG_CACHE_HOME`` is unset), one per interpreter and group; ``ACCELKW_NO_CACHE=1`` turns the
+cache off. A cache that cannot be read or written is ignored: the scan is always the fallback.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import functools
+import importlib
+import os
+import re
+import sys
+import zlib
+from collections.abc import Mapping
+from typing import Any
+
+__all__ = ["ENV_NO_CACHE", "EntryPointInfo", "cache_dir", "entry_points"]
+
+ENV_NO_CACHE = "ACCELKW_NO_CACHE"
+FORMAT = 1
+
+# The syntax importlib_metadata accepts: "module", "package.module:object.attribute [extras]".
+_VALUE = re.compile(r"(?P<module>[\w.]+)\s*(:\s*(?P<attr>[\w.]+)\s*)?((?P<extras>\[.*\])\s*)?$")
+_DIST_INFO = re.compile(r"^(?P<name>[^-]+)-(?P<version>[^-]+)\.dist-info$")
+
+
+class EntryPointInfo:
+    """One entry point: its name, its ``module:attribute`` value, and the distribution behind it."""
+
+    __slots__ = ("distribution", "name", "value", "version")
+
+    def __init__(
+        self, name: str, value: str, distribution: str | None, version: str | None
+    ) -> None:
+        self.name = name
+        self.value = value
+        self.distribution = distribution
+        self.version = version
+
+    def __repr__(self) -> str:
+        return (
+            f"EntryPointInfo(name={self.name!r}, value={self.value!r}, "
+            f"distribution={self.distribution!r}, version={self.version!r})"
+        )
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, EntryPointInfo) and self._row() == other._row()
+
+    def __hash__(self) -> int:
+        return hash(self._row())
+
+    def load(self) -> Any:
+        """Import the module and return the object the value names, as importlib_metadata does."""
+        match = _VALUE.match(self.value)
+        if match is None:
+            raise ValueError(
+                f"invalid entry point value {self.value!r}; expected 'module' or "
+                "'package.module:attribute'"
+            )
+        module = importlib.import_module(match["module"])
+        attrs = filter(None, (match["attr"] or "").split("."))
+        return functools.reduce(getattr, attrs, module)
+
+    def _row(self) -> list[str | None]:
+        return [self.name, self.value, self.distribution, self.version]
+
+
+def cache_dir(env: Mapping[str, str] | None = None) -> str | None:
+    """The folder of the cache files, or ``None`` when ``ACCELKW_NO_CACHE`` turns caching off."""
+    env = os.environ if env is None else env
+    if env.get(ENV_NO_CACHE, "").strip().lower() in ("1", "true", "yes"):
+        return None
+    base = env.get("XDG_CACHE_HOME", "")
+    if not os.path.isabs(base):  # the XDG spec: a relative value is to be ignored
+        base = os.path.join(os.path.expanduser("~"), ".cache")
+    return os.path.join(base, "accelkw")
+
+
+def entry_points(group: str, cache_folder: str | None) -> list[EntryPointInfo]:
+    """The entry points of ``group`` on ``sys.path``, from the cache in ``cache_folder`` if valid.
+
+    ``cache_folder=None`` always scans. The result is what ``importlib_metadata.entry_points``
+    returns, in its order, with each distribution's name and version.
+    """
+    stamp = stamp_of(group) if cache_folder is not None else None
+    if stamp is None or cache_folder is None:
+        return scan(group)
+    path = os.path.join(cache_folder, f"entry-points-{_key(group)}.json")
+    cached = _read(path, stamp)
+    if cached is not None:
+        return cached
+    found = scan(group)
+    _write(path, {"format": FORMAT, "stamp": stamp, "entry_points": [e._row() for e in found]})
+    return found
+
+
+def scan(group: str) -> list[EntryPointInfo]:
+    """Read the entry points of ``group`` from the installed distributions' metadata."""
+    import importlib_metadata
+
+    return [
+        EntryPointInfo(ep.name, ep.value, *_dist_identity(getattr(ep, "dist", None)))
+        for ep in importlib_metadata.entry_points(group=group)
+    ]
+
+
+def stamp_of(group: str) -> list[Any] | None:
+    """What the scan would read, as JSON-ready data; ``None`` when it cannot be known.
+
+    A distribution finder other than the standard path finder (a custom ``sys.meta_path``
+    entry with ``find_distributions``) may read anything, so its presence disables the cache.
+    """
+    for finder in sys.meta_path:
+        if getattr(finder, "find_distributions", None) is not None and not _standard(finder):
+            return None
+    stamp: list[Any] = [FORMAT, sys.executable, sys.version, group]
+    for entry in sys.path:
+        if not isinstance(entry, str):
+            return None
+        found = _entry_stamp(entry)
+        # A folder without distributions adds nothing to the scan: leaving it out lets scripts
+        # in different folders (sys.path[0]) share one cache.
+        if found:
+            stamp.append([entry, *found])
+    return stamp
+
+
+def _standard(finder: object) -> bool:
+    cls = finder if isinstance(finder, type) else type(finder)
+    return f"{cls.__module__}.{cls.__qualname__}" in (
+        "_frozen_importlib_external.PathFinder",  # importlib.machinery.PathFinder
+        "importlib_metadata.MetadataPathFinder",
+    )
+
+
+def _entry_stamp(entry: str) -> list[Any]:
+    root = entry or "."
+    try:
+        names = os.listdir(root)
+    except OSError:
+        # A zip file (or nothing): its own time and size stand for what is inside.
+        return [_stat(root)]
+    is_egg = os.path.basename(root).lower().endswith(".egg")
+    out: list[Any] = []
+    for name in names:  # listing order kept: the scan's order (and its duplicates) follow it
+        low = name.lower()
+        if low.endswith(".dist-info"):
+            meta = "METADATA"
+        elif low.endswith(".egg-info") or (is_egg and low == "egg-info"):
+            meta = "PKG-INFO"
+        else:
+            continue
+        # The scan reads these two files and nothing else of a distribution.
+        path = os.path.join(root, name)
+        files = [_stat(os.path.join(path, "entry_points.txt")), _stat(os.path.join(path, meta))]
+        if files == [None, None]:
+            files.append(_stat(path))  # an old-style egg-info *file* holds the metadata itself
+        out.append([name, *files])
+    return out
+
+
+def _stat(path: str) -> list[int] | None:
+    try:
+        st = os.stat(path)
+    except OSError:
+        return None
+    return [st.st_mtime_ns, st.st_size]
+
+
+def _key(group: str) -> str:
+    # One file per interpreter and group; the stamp inside decides whether it is valid, so a
+    # collision of this short key only costs a rescan.
+    return f"{zlib.crc32(f'{sys.executable}|{group}'.encode()):08x}"
+
+
+def _read(path: str, stamp: list[Any]) -> list[EntryPointInfo] | None:
+    import json
+
+    try:
+        with open(path, encoding="utf-8") as f:
+            data = json.load(f)
+        if data.get("format") != FORMAT or data.get("stamp") != stamp:
+            return None
+        return [EntryPointInfo(*row) for row in data["entry_points"]]
+    except (OSError, ValueError, TypeError, AttributeError, KeyError):
+        return None
+
+
+def _write(path: str, data: Mapping[str, Any]) -> None:
+    import json
+
+    tmp = f"{path}.{os.getpid()}.tmp"
+    try:
+        os.makedirs(os.path.dirname(path), exist_ok=True)
+        with open(tmp, "w", encoding="utf-8") as f:
+            json.dump(data, f, separators=(",", ":"))
+        os.replace(tmp, path)  # atomic: a concurrent reader sees the old file or the new one
+    except OSError:
+        with contextlib.suppress(OSError):
+            os.remove(tmp)
+
+
+def _canonical(name: str) -> str:
+    # PEP 503 normalisation, as pip prints distribution names.
+    return re.sub(r"[-_.]+", "-", name).lower()
+
+
+def _dist_identity(dist: Any) -> tuple[str | None, str | None]:
+    """A distribution's name and version, read from its ``*.dist-info`` folder name if possible.
+
+    Reading ``dist.name`` parses the METADATA file with the ``email`` package, which costs more
+    than the whole entry-point scan; the folder name is standardised (PEP 427/503) and free.
+    """
+    if dist is None:
+        return None, None
+    path = getattr(dist, "_path", None)
+    match = _DIST_INFO.match(getattr(path, "name", "") or "")
+    if match:
+        return _canonical(match["name"]), match["version"]
+    return getattr(dist, "name", None), getattr(dist, "version", None)
