@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import argparse
 import os
-import platform
 import sys
 from typing import Any
 
@@ -66,6 +65,8 @@ def _torch_facts() -> dict[str, Any]:
 
 def collect_env() -> dict[str, Any]:
     """Everything ``accelkw env`` prints, as JSON data."""
+    import platform  # here, not at the top: every command builds this module's parser
+
     from accelkw_core._version import __version__
     from accelkw_core.config import find_config
     from accelkw_core.registry import get_registry
