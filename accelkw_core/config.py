@@ -8,6 +8,7 @@ A config is ``accelkw.toml``, or the ``[tool.accelkw]`` table of ``pyproject.tom
 
     [plugins]
     disable = ["profile"]         # handler names not to compose (or enable = [...] for an allow-list)
+    required = ["ddp>=0.1"]       # plugins that must be installed and load, with version ranges
 
     [handlers.ddp]                # one table per handler, by registry name
     bucket_cap_mb = 50
@@ -46,7 +47,7 @@ CONFIG_FILE = "accelkw.toml"
 PYPROJECT = "pyproject.toml"
 SECTIONS = ("accelerator", "plugins", "handlers")
 ACCELERATOR_KEYS = ("mixed_precision", "cpu")
-PLUGINS_KEYS = ("enable", "disable")
+PLUGINS_KEYS = ("enable", "disable", "required")
 _POSITION = re.compile(r"\s*\(at line (\d+), column (\d+)\)")
 
 
@@ -59,6 +60,7 @@ class ConfigFile:
     accelerator: dict[str, Any] = field(default_factory=dict)
     enable: list[str] | None = None
     disable: list[str] = field(default_factory=list)
+    required: list[str] = field(default_factory=list)
     handlers: dict[str, dict[str, Any]] = field(default_factory=dict)
 
     def where(self, table: str) -> str:
@@ -165,6 +167,8 @@ def parse_config(
         cfg.enable = _name_list(cfg, "enable", plugins["enable"])
     if "disable" in plugins:
         cfg.disable = _name_list(cfg, "disable", plugins["disable"])
+    if "required" in plugins:
+        cfg.required = _requirement_list(cfg, plugins["required"])
     for name, table in data.get("handlers", {}).items():
         if not isinstance(table, dict):
             raise ConfigError(
@@ -233,3 +237,13 @@ def _name_list(cfg: ConfigFile, key: str, value: Any) -> list[str]:
             "plugins", key, value, "a list of handler names", source=cfg.where("plugins")
         )
     return list(value)
+
+
+def _requirement_list(cfg: ConfigFile, value: Any) -> list[str]:
+    # Checked here so that `accelkw config check` reports a malformed entry with its file.
+    from accelkw_core.requirements import EXPECTED, parse_requirement
+
+    where = cfg.where("plugins")
+    if not isinstance(value, list):
+        raise ConfigError("plugins", "required", value, f"a list, each {EXPECTED}", source=where)
+    return [parse_requirement(item, source=where).text for item in value]

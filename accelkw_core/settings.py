@@ -7,6 +7,10 @@ its value came from, so ``accelkw plan`` and ``accelkw config check`` can show i
 Environment variables: ``ACCELKW_MIXED_PRECISION``, ``ACCELKW_CPU`` and
 ``ACCELKW_<HANDLER>__<FIELD>`` (``ACCELKW_DDP__BUCKET_CAP_MB=50``,
 ``ACCELKW_PROCESS_GROUP__TIMEOUT=30s``), read with the text forms ``from_mapping`` accepts.
+
+Neither a file nor an override imports code: a callable field (``on_trace_ready``) is set in
+code, unless ``ACCELKW_ALLOW_IMPORTS=1`` lets its value name one as ``"package.module:function"``.
+The switch is an environment variable on purpose: a config file cannot opt itself in.
 """
 
 from __future__ import annotations
@@ -22,12 +26,22 @@ from accelkw_core.errors import AccelkwError, ConfigError, suggest
 from accelkw_core.handler import KwargsHandler
 from accelkw_core.known import install_hint
 from accelkw_core.registry import Registry, get_registry
+from accelkw_core.requirements import check_requirements
+from accelkw_core.validation import build_handler
 
-__all__ = ["ENV_PREFIX", "HandlerSettings", "Settings", "env_overrides", "resolve_settings"]
+__all__ = [
+    "ENV_ALLOW_IMPORTS",
+    "ENV_PREFIX",
+    "HandlerSettings",
+    "Settings",
+    "env_overrides",
+    "resolve_settings",
+]
 
 ENV_PREFIX = "ACCELKW_"
 CODE, DEFAULT = "code", "default"
 _TRUE, _FALSE = {"1", "true", "yes", "on"}, {"0", "false", "no", "off"}
+ENV_ALLOW_IMPORTS = f"{ENV_PREFIX}ALLOW_IMPORTS"
 
 
 @dataclass
@@ -97,6 +111,7 @@ def resolve_settings(
     cfg = load_config(find_config(config, env=env, cwd=cwd))
     out = Settings(config=cfg)
     _accelerator(out, cfg, env, mixed_precision, cpu)
+    imports = _allow_imports(env)
     installed = registry.handlers()
     known = set(installed) | set(code)
     env_values = env_overrides(env)
@@ -110,6 +125,8 @@ def resolve_settings(
             out.errors.append(exc)
             return None
 
+    if cfg.required:  # first: a missing plugin explains the errors that would follow
+        attempt(check_requirements, cfg.required, registry, cfg.where("plugins"))
     for name in cfg.handlers:
         if name not in known:
             attempt(_unknown, name, sorted(known), cfg.where("handlers"), f"[handlers.{name}]")
@@ -121,7 +138,7 @@ def resolve_settings(
 
     for name in sorted(known):
         cls = type(code[name]) if name in code else installed[name].cls
-        built = attempt(_build, name, cls, code.get(name), cfg, env_values.get(name, {}))
+        built = attempt(_build, name, cls, code.get(name), cfg, env_values.get(name, {}), imports)
         if name in out.disabled:
             continue
         if built is None:
@@ -177,6 +194,20 @@ def _accelerator(
     out.accelerator_sources["cpu"] = how
 
 
+def _allow_imports(env: Mapping[str, str]) -> bool:
+    raw = env.get(ENV_ALLOW_IMPORTS, "")
+    low = raw.strip().lower()
+    if low and low not in _TRUE | _FALSE:
+        raise ConfigError(
+            "accelerator",
+            "allow_imports",
+            raw,
+            "a boolean (true/false, 1/0, yes/no, on/off)",
+            source=f"environment variable {ENV_ALLOW_IMPORTS}",
+        )
+    return low in _TRUE
+
+
 def _unknown(name: str, known: list[str], source: str, what: str) -> None:
     hint = suggest(name, known)
     raise ConfigError(
@@ -226,6 +257,7 @@ def _build(
     code_handler: KwargsHandler | None,
     cfg: ConfigFile,
     env_fields: Mapping[str, tuple[str, str]],
+    imports: bool = False,
 ) -> HandlerSettings:
     values: dict[str, Any] = {}
     sources: dict[str, str] = {}
@@ -233,7 +265,7 @@ def _build(
     if table:
         where = cfg.where(f"handlers.{name}")
         try:
-            parsed = cls.from_mapping(table)
+            parsed = build_handler(cls, table, import_callables=imports)
         except ConfigError as exc:
             raise exc.with_source(where) from None
         for key in table:
@@ -241,7 +273,7 @@ def _build(
     if env_fields:
         raw = {f: v for f, (_, v) in env_fields.items()}
         try:
-            parsed = cls.from_mapping(raw, strings=True)
+            parsed = build_handler(cls, raw, strings=True, import_callables=imports)
         except ConfigError as exc:
             base = exc.field.split("[", 1)[0]
             var = (

@@ -449,5 +449,6 @@ def _coerce_callable(value: Any, trusted: bool, imp: bool) -> Any:
             return obj
         raise _Mismatch("a 'module:attribute' that names a callable")
     raise _Mismatch(
-        "a callable set in code (configuration never imports code unless import_callables is enabled)"
+        "a callable set in code (configuration never imports code; opt in with "
+        "ACCELKW_ALLOW_IMPORTS=1 to name one as 'package.module:function')"
     )

@@ -93,8 +93,12 @@ class ProfileKwargs(KwargsHandler):
                 seen.add(activity)
         if self.schedule_option is not None:
             _check_schedule(self.name, self.schedule_option)
-        if self.output_trace_dir is not None and not self.output_trace_dir.strip():
-            raise ConfigError(self.name, "output_trace_dir", self.output_trace_dir, "a path")
+        if self.output_trace_dir is not None and (
+            not self.output_trace_dir.strip() or "\x00" in self.output_trace_dir
+        ):
+            raise ConfigError(
+                self.name, "output_trace_dir", self.output_trace_dir, "a path (no NUL characters)"
+            )
         for i, rank in enumerate(self.profile_ranks or ()):
             if rank < 0:
                 raise ConfigError(self.name, f"profile_ranks[{i}]", rank, "a rank >= 0")

@@ -35,12 +35,13 @@ class NoOpProfiler:
 
 
 def prepare_trace_dir(directory: str) -> None:
-    """Create ``directory`` (and parents) if needed; a non-directory in the way is a ConfigError."""
+    """Create ``directory`` (and parents) if needed; one that cannot be made is a ConfigError."""
     try:
         os.makedirs(directory, exist_ok=True)
-    except (FileExistsError, NotADirectoryError) as exc:
+    except (OSError, ValueError) as exc:
+        # A file in the way, a missing or read-only parent, a NUL byte: all say the same thing.
         raise ConfigError(
-            "profile", "output_trace_dir", directory, f"a directory path ({exc})"
+            "profile", "output_trace_dir", directory, f"a directory that can be created ({exc})"
         ) from None
 
 
