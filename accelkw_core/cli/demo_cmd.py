@@ -72,6 +72,8 @@ def cmd_demo(args: argparse.Namespace) -> int:
         raise ConfigError("demo", field, value, "an integer >= 1")
     settings = resolve_settings(config=args.config)  # a bad config fails here, not per worker
     env = dict(os.environ)
+    # The demo trains on one thread per process; saying so also spares torchrun's banner.
+    env.setdefault("OMP_NUM_THREADS", "1")
     tracer = _tracer(settings)
     trace_dir = _trace_dir(args, tracer)
     if trace_dir is not None:
