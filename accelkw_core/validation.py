@@ -258,10 +258,10 @@ def _coerce(value: Any, tp: Any, strings: bool, trusted: bool, imp: bool) -> Any
         return _coerce_bool(value, strings)
     if tp is int:
         if isinstance(value, int) and not isinstance(value, bool):
-            return value
+            return _int64(value)
         if strings and isinstance(value, str):
             try:
-                return int(value.strip())
+                return _int64(int(value.strip()))
             except ValueError:
                 pass
         raise _Mismatch(_expected(tp))
@@ -294,6 +294,13 @@ def _coerce(value: Any, tp: Any, strings: bool, trusted: bool, imp: bool) -> Any
             return value
         raise _Mismatch(f"an instance of {tp.__name__}")
     return value
+
+
+def _int64(value: int) -> int:
+    # Handler integers end up in torch's C++ code, where a larger one fails only at run time.
+    if -(2**63) <= value < 2**63:
+        return value
+    raise _Mismatch("an integer within the signed 64-bit range")
 
 
 def _coerce_union(

@@ -407,15 +407,19 @@ def test_the_slow_profile_is_selected_by_the_environment() -> None:
     assert FUZZ.max_examples == (5000 if SLOW else 500)
 
 
-# Inputs the fuzzer found that once escaped as OverflowError, kept as exact regressions.
+# Inputs that once escaped validation, kept as exact regressions: the first three raised
+# OverflowError; the last built a handler whose first optimizer step failed inside torch.
 FOUND = [
     ("grad_scaler", {"init_scale": 10**400}, "init_scale", "a number within the range of a float"),
     ("grad_scaler", {"backoff_factor": -(10**400)}, "backoff_factor", "a number within the range"),
     ("process_group", {"timeout": 10**400}, "timeout", "a positive duration of at most 10 years"),
+    ("grad_scaler", {"growth_interval": 2**63}, "growth_interval", "the signed 64-bit range"),
 ]
 
 
-@pytest.mark.parametrize(("name", "data", "field", "expected"), FOUND)
+@pytest.mark.parametrize(
+    ("name", "data", "field", "expected"), FOUND, ids=[f"{c[0]}-{c[2]}" for c in FOUND]
+)
 def test_inputs_the_fuzzer_found(
     name: str, data: dict[str, Any], field: str, expected: str
 ) -> None:

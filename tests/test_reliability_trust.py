@@ -414,7 +414,11 @@ def test_an_earlier_trace_is_replaced(profiled: Any, tmp_path: Path) -> None:
     assert is_trace(old) and "old" not in json.loads(old.read_text())
 
 
-@pytest.mark.parametrize("content", ["my notes\n", '{"not": "a trace"}', "", "\xff\xfe"])
+@pytest.mark.parametrize(
+    "content",
+    ["my notes\n", '{"not": "a trace"}', "", "\xff\xfe"],
+    ids=["text", "other-json", "empty", "binary"],
+)
 def test_a_file_that_is_not_a_trace_is_never_overwritten(
     profiled: Any, tmp_path: Path, content: str
 ) -> None:
@@ -590,6 +594,7 @@ def test_a_required_plugin_missing_stops_the_accelerator_before_any_handler_appl
         ("[1]", "such as 'ddp' or 'ddp>=0.1,<1'"),
         ('"gizmo"', "a list, each a plugin name"),
     ],
+    ids=["bad-operator", "no-operator", "empty-name", "not-a-string", "not-a-list"],
 )
 def test_a_malformed_requirement_is_a_config_error(
     tmp_path: Path, value: str, expected: str
