@@ -335,6 +335,7 @@ class Registry:
                 for cls in rec.handlers:
                     claims.setdefault(cls.name, []).append((rec, cls))
         handlers: dict[str, HandlerInfo] = {}
+        owner: dict[str, PluginRecord] = {}
         for hname, owners in sorted(claims.items()):
             if len({id(cls) for _, cls in owners}) > 1:
                 who = " and ".join(
@@ -352,16 +353,11 @@ class Registry:
                 continue
             rec, cls = owners[0]
             handlers[hname] = HandlerInfo(hname, cls, rec.name, rec.distribution, rec.version)
+            owner[hname] = rec
         # A plugin marked conflict by one name loses its other handlers too: nothing half-loaded.
-        handlers = {n: i for n, i in handlers.items() if self._record_of(i).status == LOADED}
+        handlers = {n: i for n, i in handlers.items() if owner[n].status == LOADED}
         self._handlers = handlers
         return handlers
-
-    def _record_of(self, info: HandlerInfo) -> PluginRecord:
-        for rec in self._records.values():
-            if rec.name == info.plugin and info.cls in rec.handlers:
-                return rec
-        raise KeyError(info.plugin)
 
 
 def _exc_text(exc: BaseException) -> str:
