@@ -1,0 +1,85 @@
+"""Shared by the bench scripts: interleaved A/B timing of fresh processes, medians and spread.
+
+The machine these run on is shared and noisy, so every comparison runs its commands in turn
+(A, B, C, A, B, C, ...) rather than in blocks, and reports the median with the min and max.
+"""
+
+from __future__ import annotations
+
+import compileall
+import importlib.util
+import os
+import statistics
+import subprocess
+import time
+from collections.abc import Hashable, Iterable, Mapping, Sequence
+from typing import NamedTuple, TypeVar
+
+__all__ = ["Cmd", "interleaved", "median_ms", "precompile", "spread", "timed", "verdict"]
+
+
+K = TypeVar("K", bound=Hashable)
+
+
+class Cmd(NamedTuple):
+    """A command line and the environment it runs in (``None``: this process's)."""
+
+    argv: Sequence[str]
+    env: Mapping[str, str] | None = None
+
+
+def timed(cmd: Sequence[str], env: Mapping[str, str] | None = None) -> float:
+    """Wall time in seconds of one run of ``cmd`` in a fresh process (which must exit 0)."""
+    start = time.perf_counter()
+    subprocess.run(
+        list(cmd), check=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env=env
+    )
+    return time.perf_counter() - start
+
+
+def interleaved(commands: Mapping[K, Cmd], repeats: int, warmup: int = 1) -> dict[K, list[float]]:
+    """Run every command ``repeats`` times, in turn; return each one's samples in seconds.
+
+    ``warmup`` rounds first, not kept: they fill the page cache and any on-disk cache.
+    """
+    for _ in range(warmup):
+        for cmd in commands.values():
+            timed(*cmd)
+    samples: dict[K, list[float]] = {name: [] for name in commands}
+    for _ in range(repeats):
+        for name, cmd in commands.items():
+            samples[name].append(timed(*cmd))
+    return samples
+
+
+def median_ms(samples: Sequence[float]) -> float:
+    return statistics.median(samples) * 1000
+
+
+def spread(samples: Sequence[float]) -> str:
+    """``median 81.2 ms (min 77.0, max 96.1, n=11)``."""
+    lo, hi = min(samples) * 1000, max(samples) * 1000
+    return f"median {median_ms(samples):8.1f} ms (min {lo:.1f}, max {hi:.1f}, n={len(samples)})"
+
+
+def verdict(ok: bool) -> str:
+    return "OK" if ok else "MISSED"
+
+
+def precompile(
+    packages: Iterable[str] = (), folders: Iterable[str | os.PathLike[str]] = ()
+) -> None:
+    """Write bytecode for ``packages`` (by import name) and ``folders``, as ``pip install`` does.
+
+    Editable installs run from source; with ``PYTHONDONTWRITEBYTECODE`` set (as on this machine
+    and many CI runners) every start would recompile them, a cost no installed package pays.
+    """
+    for name in dict.fromkeys(packages):
+        spec = importlib.util.find_spec(name)
+        if spec and spec.submodule_search_locations:
+            for folder in spec.submodule_search_locations:
+                compileall.compile_dir(folder, quiet=1)
+        elif spec and spec.origin and spec.origin.endswith(".py"):
+            compileall.compile_file(spec.origin, quiet=1)
+    for folder in folders:
+        compileall.compile_dir(os.fspath(folder), quiet=1, workers=1)

@@ -1,0 +1,75 @@
+"""Import cost of the core and of every installed plugin module, and proof that none imports torch.
+
+Each module is imported in a fresh interpreter under ``python -X importtime``, which asserts that
+``torch`` is not in ``sys.modules`` afterwards. The total is the sum of the self times of every
+module that the import pulled in (the interpreter's own start-up excluded); the median of
+``--repeats`` runs is printed with the largest contributors.
+
+    python bench/bench_import.py [--repeats 5]
+"""
+
+from __future__ import annotations
+
+import argparse
+import subprocess
+import sys
+
+from _timing import precompile, verdict
+
+CORE = ["accelkw_core", "accelkw_core.registry", "accelkw_core.accelerator"]
+CHECK = (
+    "import sys, importlib; importlib.import_module({name!r}); "
+    "leaked = sorted(m for m in sys.modules if m == 'torch' or m.startswith('torch.')); "
+    "assert not leaked, f'torch imported: {{leaked[:3]}}'"
+)
+
+
+def plugin_modules() -> list[str]:
+    """The module of every installed ``accelkw`` entry point."""
+    from accelkw_core.cache import scan
+
+    return sorted({ep.value.split(":")[0].strip() for ep in scan("accelkw")})
+
+
+def import_profile(name: str) -> tuple[bool, float, list[tuple[float, str]]]:
+    """(torch stayed out, total ms, [(self ms, module)]) for one import in a fresh interpreter."""
+    proc = subprocess.run(
+        [sys.executable, "-X", "importtime", "-c", CHECK.format(name=name)],
+        capture_output=True,
+        text=True,
+    )
+    rows: list[tuple[float, str]] = []
+    for line in proc.stderr.splitlines():
+        if not line.startswith("import time:") or "self [us]" in line:
+            continue
+        self_us, _, module = line[len("import time:") :].split("|")
+        if module.strip() == "site" and not module.startswith("  "):
+            rows = []  # everything so far was the interpreter's start-up
+            continue
+        rows.append((int(self_us) / 1000, module.strip()))
+    return proc.returncode == 0, sum(ms for ms, _ in rows), sorted(rows, reverse=True)
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--repeats", type=int, default=5)
+    args = parser.parse_args()
+    plugins = plugin_modules()
+    precompile([name.split(".")[0] for name in ["accelkw_core", *plugins]])
+
+    print(f"{'module':<32} {'torch-free':>10} {'importtime total':>17}   largest self times")
+    all_clean = True
+    for name in [*CORE, *plugins]:
+        runs = [import_profile(name) for _ in range(args.repeats)]
+        clean = all(ok for ok, _, _ in runs)
+        all_clean &= clean
+        runs.sort(key=lambda run: run[1])
+        _, total, rows = runs[len(runs) // 2]  # the median run, and what it spent most on
+        top = ", ".join(f"{m} {ms:.1f}" for ms, m in rows[:4])
+        print(f"{name:<32} {verdict(clean):>10} {total:14.1f} ms   {top}")
+    print(f"torch imported by none of them (target)  {verdict(all_clean)}")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
