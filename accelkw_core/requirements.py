@@ -2,7 +2,8 @@
 
 Each entry is a plugin name with an optional PEP 440 version range, as in a pip requirement. The
 name is matched (case-insensitively, ``-``/``_``/``.`` alike) against the installed handlers'
-registry names, then the plugins' entry-point names, then their distribution names; the range
+registry names (of loaded or conflicting plugins), then the plugins' entry-point names, then
+their distribution names; the range
 is checked against the version of the distribution that ships the plugin. A requirement that is
 not met stops the run with a :class:`RequirementError` that lists every unmet one and why.
 
@@ -121,6 +122,9 @@ def _find(key: str, registry: Registry, handlers: dict[str, Any]) -> PluginRecor
     for name, info in handlers.items():
         if _norm(name) == key:
             return next(r for r in records if r.name == info.plugin and info.cls in r.handlers)
+    for record in records:  # a handler name two plugins claim: their records say so
+        if any(_norm(cls.name) == key for cls in record.handlers):
+            return record
     for field in ("name", "distribution"):
         for record in records:
             value = getattr(record, field)

@@ -501,6 +501,8 @@ def required_site(site: Path, tmp_path: Path) -> tuple[Path, dict[str, str]]:
     write_dist(site, "acme-sticky", {"sticky": "acme_sticky"}, {"acme_sticky.py": STICKY_APPLY})
     write_dist(site, "acme-broken", {"broken": "bad_mod"}, {"bad_mod.py": "import no_such_xyz\n"})
     write_dist(site, "acme-spy", {"spy": "acme_spy"}, {"acme_spy.py": SPY})
+    for n in ("one", "two"):
+        write_dist(site, f"acme-{n}", {n: f"acme_{n}"}, {f"acme_{n}.py": good_plugin("clash")})
     env = {"MARKER": str(tmp_path / "marker"), "ACCELKW_DISABLE_PLUGINS": "spy"}
     return site, env
 
@@ -526,6 +528,11 @@ REQUIRED = {
     "denied": (
         ["spy"],
         "'spy': plugin 'spy' from acme-spy is disabled: in the deny-list ACCELKW_DISABLE_PLUGINS",
+    ),
+    "conflict": (
+        ["clash"],
+        "'clash': plugin 'one' from acme-one is in conflict: handler name 'clash' is claimed by "
+        "acme-one (plugin 'one', class ClashKwargs) and acme-two (plugin 'two', class ClashKwargs)",
     ),
     "several": (
         ["gizmo<0.5", "sticky", "seed>=1"],
