@@ -22,8 +22,6 @@ import textwrap
 import time
 from pathlib import Path
 
-from _timing import precompile
-
 TARGET_S = 0.2
 
 SCRIPT = """
@@ -89,11 +87,22 @@ def _wall(cmd: list[str], env: dict[str, str]) -> float:
     return time.perf_counter() - start
 
 
+def precompile(package: str) -> None:
+    """Write bytecode for ``package`` as ``pip install`` would (editable installs run from
+    source, and with PYTHONDONTWRITEBYTECODE set every start would recompile it)."""
+    import compileall
+    import importlib.util
+
+    spec = importlib.util.find_spec(package)
+    for folder in (spec.submodule_search_locations or []) if spec else []:
+        compileall.compile_dir(folder, quiet=1)
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--repeats", type=int, default=3)
     args = parser.parse_args(argv)
-    precompile(["accelkw_core"])
+    precompile("accelkw_core")
     work = Path(tempfile.mkdtemp())
     script = work / "ddp_step.py"
     script.write_text(textwrap.dedent(SCRIPT))
