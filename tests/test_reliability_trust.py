@@ -319,7 +319,7 @@ IMPORT_SITES = {
     "accelkw_core/cli/main.py",  # the command modules, a constant tuple
     "accelkw_core/utils.py",  # reference class names, a constant table
     "accelkw_core/cache.py",  # entry points, after the allow/deny check
-    "accelkw_core/validation.py",  # callables, only with import_callables=True
+    "accelkw_core/coercion.py",  # callables, only with import_callables=True
 }
 PROCESS_SITES = {"accelkw_core/cli/launch_cmd.py"}  # runs the user's script
 
