@@ -75,10 +75,17 @@ def accelkw(script: Path, out: Path) -> list[str]:
 
 
 def first_step(cmd: list[str], out: Path, env: dict[str, str]) -> float:
-    out.unlink(missing_ok=True)
-    start = time.time()
-    subprocess.run(cmd, check=True, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    return float(out.read_text()) - start
+    """Seconds from starting ``cmd`` to the end of its first training step on every rank."""
+    for attempt in (1, 2):
+        out.unlink(missing_ok=True)
+        start = time.time()
+        done = subprocess.run(cmd, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+        if done.returncode == 0:
+            return float(out.read_text()) - start
+        # A port taken between choosing it and binding it is the usual cause: try once more.
+        tail = done.stderr.decode(errors="replace")[-800:]
+        print(f"  (run failed with status {done.returncode}, attempt {attempt}): {tail}")
+    raise SystemExit(f"{cmd[:4]} failed twice")
 
 
 def _wall(cmd: list[str], env: dict[str, str]) -> float:
