@@ -86,7 +86,7 @@ class InitProcessGroupKwargs(KwargsHandler):
         "with MASTER_ADDR and MASTER_PORT, as torchrun sets them.",
     )
     # handler_field returns dataclasses.field(...), which ruff cannot see through.
-    timeout: timedelta | None = handler_field(  # noqa: RUF009
+    timeout: timedelta | None = handler_field(
         None,
         doc="How long collectives and the rendezvous wait before failing; None keeps torch's "
         "backend-dependent default. An explicit value is always passed, even one equal to a "
