@@ -9,13 +9,24 @@ from __future__ import annotations
 import compileall
 import importlib.util
 import os
+import resource
 import statistics
 import subprocess
 import time
 from collections.abc import Hashable, Iterable, Mapping, Sequence
 from typing import NamedTuple, TypeVar
 
-__all__ = ["Cmd", "interleaved", "median_ms", "precompile", "spread", "timed", "verdict"]
+__all__ = [
+    "Cmd",
+    "interleaved",
+    "interleaved_with_cpu",
+    "median_ms",
+    "precompile",
+    "spread",
+    "timed",
+    "timed_with_cpu",
+    "verdict",
+]
 
 
 K = TypeVar("K", bound=Hashable)
@@ -30,26 +41,49 @@ class Cmd(NamedTuple):
 
 def timed(cmd: Sequence[str], env: Mapping[str, str] | None = None) -> float:
     """Wall time in seconds of one run of ``cmd`` in a fresh process (which must exit 0)."""
+    return timed_with_cpu(cmd, env)[0]
+
+
+def timed_with_cpu(cmd: Sequence[str], env: Mapping[str, str] | None = None) -> tuple[float, float]:
+    """Wall time and CPU time (user + system) in seconds of one run of ``cmd``.
+
+    On a machine shared with other jobs the wall time stretches while the process waits for a
+    core; its CPU time much less so, which tells a slow program from a busy machine.
+    """
+    before = resource.getrusage(resource.RUSAGE_CHILDREN)
     start = time.perf_counter()
     subprocess.run(
         list(cmd), check=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env=env
     )
-    return time.perf_counter() - start
+    wall = time.perf_counter() - start
+    after = resource.getrusage(resource.RUSAGE_CHILDREN)
+    cpu = (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
+    return wall, cpu
 
 
 def interleaved(commands: Mapping[K, Cmd], repeats: int, warmup: int = 1) -> dict[K, list[float]]:
-    """Run every command ``repeats`` times, in turn; return each one's samples in seconds.
+    """Run every command ``repeats`` times, in turn; return each one's wall times in seconds.
 
     ``warmup`` rounds first, not kept: they fill the page cache and any on-disk cache.
     """
+    return interleaved_with_cpu(commands, repeats, warmup)[0]
+
+
+def interleaved_with_cpu(
+    commands: Mapping[K, Cmd], repeats: int, warmup: int = 1
+) -> tuple[dict[K, list[float]], dict[K, list[float]]]:
+    """:func:`interleaved`, returning the CPU times of the same runs as well."""
     for _ in range(warmup):
         for cmd in commands.values():
             timed(*cmd)
-    samples: dict[K, list[float]] = {name: [] for name in commands}
+    wall: dict[K, list[float]] = {name: [] for name in commands}
+    cpu: dict[K, list[float]] = {name: [] for name in commands}
     for _ in range(repeats):
         for name, cmd in commands.items():
-            samples[name].append(timed(*cmd))
-    return samples
+            w, c = timed_with_cpu(*cmd)
+            wall[name].append(w)
+            cpu[name].append(c)
+    return wall, cpu
 
 
 def median_ms(samples: Sequence[float]) -> float:
