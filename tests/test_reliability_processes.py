@@ -19,6 +19,7 @@ import signal
 import subprocess
 import sys
 import time
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -48,6 +49,18 @@ def _slow_only_when_asked(request: pytest.FixtureRequest) -> None:
         pytest.skip("slow: run with -m slow")
 
 
+_LAUNCHES: list[Launch] = []
+
+
+@pytest.fixture(autouse=True)
+def _no_process_left(tmp_path: Path) -> Iterator[None]:
+    # After the test's own checks, so a process that outlived its run fails the test first.
+    yield
+    while _LAUNCHES:
+        _LAUNCHES.pop().close()
+    kill_leftovers(tmp_path)
+
+
 def read_reports(run_dir: Path) -> dict[int, dict[str, Any]]:
     return {int(p.stem[4:]): json.loads(p.read_text()) for p in sorted(run_dir.glob("rank*.json"))}
 
@@ -74,7 +87,7 @@ def wait_gone(pids: list[int], within: float) -> list[int]:
 
 
 def kill_leftovers(run_dir: Path) -> None:
-    """Never leave a process behind, even when an assertion failed first."""
+    """Kill every recorded worker and agent still running (none, when the run ended well)."""
     for report in read_reports(run_dir).values():
         for key in ("pid", "ppid"):
             pid = report.get(key)
@@ -101,13 +114,16 @@ class Launch:
         )
         self.stderr = ""
         self.ended_at = 0.0
+        _LAUNCHES.append(self)
 
     def wait(self, timeout: float = 120) -> int:
+        """The launcher's exit status; a launcher still running after ``timeout`` is killed."""
         try:
             _, self.stderr = self.proc.communicate(timeout=timeout)
-        finally:
-            self.ended_at = time.time()
+        except subprocess.TimeoutExpired:
             self.close()
+            raise
+        self.ended_at = time.time()
         return self.proc.returncode
 
     def close(self) -> None:
@@ -198,15 +214,12 @@ def test_interrupting_the_launcher_stops_every_worker(
     tmp_path: Path, sig: signal.Signals, code: int
 ) -> None:
     launch = Launch(tmp_path, 2, "spin", victim=0, step=0)
-    try:
-        wait_training(tmp_path, 2)
-        sent = time.monotonic()
-        # Ctrl-C in a terminal signals the foreground process group: the launcher's session.
-        os.killpg(launch.proc.pid, sig)
-        assert launch.wait(timeout=60) == code, launch.stderr[-2000:]
-        assert time.monotonic() - sent < 15
-    finally:
-        launch.close()
+    wait_training(tmp_path, 2)
+    sent = time.monotonic()
+    # Ctrl-C in a terminal signals the foreground process group: the launcher's session.
+    os.killpg(launch.proc.pid, sig)
+    assert launch.wait(timeout=60) == code, launch.stderr[-2000:]
+    assert time.monotonic() - sent < 15
     reports = read_reports(tmp_path)
     assert len(reports) == 2
     assert wait_gone(worker_pids(reports), within=2.0) == []
@@ -221,16 +234,13 @@ def unsupervised(tmp_path: Path, nproc: int, mode: str) -> list[Any]:
         from tests import reliability_workers
     except ImportError:  # pragma: no cover - the module sits beside this one
         pytest.skip("tests.reliability_workers is not importable")
-    try:
-        return run_workers(
-            reliability_workers.train,
-            nproc,
-            args=(str(tmp_path), mode, nproc - 1, 3, TIMEOUT_S),
-            timeout=90,
-            allow_failures=True,
-        )
-    finally:
-        kill_leftovers(tmp_path)
+    return run_workers(
+        reliability_workers.train,
+        nproc,
+        args=(str(tmp_path), mode, nproc - 1, 3, TIMEOUT_S),
+        timeout=90,
+        allow_failures=True,
+    )
 
 
 @pytest.mark.parametrize(
