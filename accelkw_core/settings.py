@@ -111,7 +111,7 @@ def resolve_settings(
     cfg = load_config(find_config(config, env=env, cwd=cwd))
     out = Settings(config=cfg)
     _accelerator(out, cfg, env, mixed_precision, cpu)
-    imports = _allow_imports(env)
+    imports = bool(_env_flag(env, ENV_ALLOW_IMPORTS, "allow_imports"))
     installed = registry.handlers()
     known = set(installed) | set(code)
     env_values = env_overrides(env)
@@ -172,21 +172,11 @@ def _accelerator(
     else:
         how = DEFAULT
     out.accelerator_sources["mixed_precision"] = how
-    env_cpu = env.get(f"{ENV_PREFIX}CPU")
+    env_cpu = _env_flag(env, f"{ENV_PREFIX}CPU", "cpu")
     if cpu is not None:
         out.cpu, how = bool(cpu), CODE
-    elif env_cpu:
-        var = f"{ENV_PREFIX}CPU"
-        low = env_cpu.strip().lower()
-        if low not in _TRUE | _FALSE:
-            raise ConfigError(
-                "accelerator",
-                "cpu",
-                env_cpu,
-                "a boolean (true/false, 1/0, yes/no, on/off)",
-                source=f"environment variable {var}",
-            )
-        out.cpu, how = low in _TRUE, f"env {var}"
+    elif env_cpu is not None:
+        out.cpu, how = env_cpu, f"env {ENV_PREFIX}CPU"
     elif "cpu" in file_values:
         out.cpu, how = file_values["cpu"], file_label
     else:
@@ -194,16 +184,19 @@ def _accelerator(
     out.accelerator_sources["cpu"] = how
 
 
-def _allow_imports(env: Mapping[str, str]) -> bool:
-    raw = env.get(ENV_ALLOW_IMPORTS, "")
+def _env_flag(env: Mapping[str, str], var: str, field_name: str) -> bool | None:
+    """The boolean in environment variable ``var``; ``None`` when it is unset or empty."""
+    raw = env.get(var)
+    if not raw:
+        return None
     low = raw.strip().lower()
-    if low and low not in _TRUE | _FALSE:
+    if low not in _TRUE | _FALSE:
         raise ConfigError(
             "accelerator",
-            "allow_imports",
+            field_name,
             raw,
             "a boolean (true/false, 1/0, yes/no, on/off)",
-            source=f"environment variable {ENV_ALLOW_IMPORTS}",
+            source=f"environment variable {var}",
         )
     return low in _TRUE
 
