@@ -19,6 +19,9 @@ from typing import TYPE_CHECKING, Any, NamedTuple
 from accelkw_core.errors import AccelkwError, ConfigError
 from accelkw_core.known import HANDLER_DISTRIBUTIONS, install_hint
 
+# The allow- and deny-lists' name matching, so a name means the same thing in every list.
+from accelkw_core.registry import _norm
+
 if TYPE_CHECKING:
     from accelkw_core.registry import PluginRecord, Registry
 
@@ -48,10 +51,6 @@ class RequirementError(AccelkwError):
         self.source = source
         where = f"{source}: " if source else ""
         super().__init__(f"{where}required plugins not satisfied: " + "; ".join(problems))
-
-
-def _norm(name: str) -> str:
-    return re.sub(r"[-_.]+", "-", name).lower()
 
 
 def parse_requirement(text: Any, *, source: str | None = None) -> PluginRequirement:
