@@ -516,10 +516,11 @@ REQUIRED = {
         ["gizmo>=1.0"],
         "'gizmo>=1.0': acme-gizmo 0.5.0 is installed (pip install 'acme-gizmo>=1.0')",
     ),
+    # A name no test environment installs (examples/seed is installed in CI, so not "seed").
     "missing": (
-        ["seed"],
-        "'seed': no installed plugin provides it (install the plugin that provides the 'seed' "
-        "handler)",
+        ["nowhere"],
+        "'nowhere': no installed plugin provides it (install the plugin that provides the "
+        "'nowhere' handler)",
     ),
     "failed_to_load": (
         ["broken"],
@@ -535,9 +536,10 @@ REQUIRED = {
         "acme-one (plugin 'one', class ClashKwargs) and acme-two (plugin 'two', class ClashKwargs)",
     ),
     "several": (
-        ["gizmo<0.5", "sticky", "seed>=1"],
-        "'gizmo<0.5': acme-gizmo 0.5.0 is installed (pip install 'acme-gizmo<0.5'); 'seed>=1': "
-        "no installed plugin provides it (install the plugin that provides the 'seed' handler)",
+        ["gizmo<0.5", "sticky", "nowhere>=1"],
+        "'gizmo<0.5': acme-gizmo 0.5.0 is installed (pip install 'acme-gizmo<0.5'); "
+        "'nowhere>=1': no installed plugin provides it (install the plugin that provides the "
+        "'nowhere' handler)",
     ),
 }
 
