@@ -74,6 +74,9 @@ def cmd_demo(args: argparse.Namespace) -> int:
     env = dict(os.environ)
     # The demo trains on one thread per process; saying so also spares torchrun's banner.
     env.setdefault("OMP_NUM_THREADS", "1")
+    # torch's profiler (kineto) prints a probe line at every start and stop; the demo's output
+    # is meant to be read, so it stays quiet unless the user chose a log level.
+    env.setdefault("KINETO_LOG_LEVEL", "99")
     tracer = _tracer(settings)
     trace_dir = _trace_dir(args, tracer)
     if trace_dir is not None:
