@@ -28,7 +28,7 @@ import zlib
 from collections.abc import Mapping
 from typing import Any
 
-__all__ = ["ENV_NO_CACHE", "EntryPointInfo", "cache_dir", "entry_points"]
+__all__ = ["ENV_NO_CACHE", "EntryPointInfo", "cache_dir", "entry_points", "scan", "stamp_of"]
 
 ENV_NO_CACHE = "ACCELKW_NO_CACHE"
 FORMAT = 1
