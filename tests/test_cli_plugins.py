@@ -56,3 +56,31 @@ def test_rows_are_sorted_by_handler(site: Path) -> None:
     out = run_accelkw(["plugins", "list"], site=site).stdout.splitlines()[1:]
     handlers = [line.split()[0] for line in out if line.split()[0] in ("zeta", "alpha", "mid")]
     assert handlers == ["alpha", "mid", "zeta"]
+
+
+def test_a_command_builds_only_its_own_parser() -> None:
+    from tests.conftest import run_python
+
+    result = run_python(
+        """
+        import sys, io, contextlib
+        from accelkw_core.cli.main import main
+        with contextlib.redirect_stdout(io.StringIO()):
+            assert main(["plugins", "list"]) == 0
+        print(sorted(m for m in sys.modules if m.startswith("accelkw_core.cli.")))
+        """
+    )
+    assert result.returncode == 0, result.stderr
+    assert "accelkw_core.cli.plugins_cmd" in result.stdout
+    for other in ("launch_cmd", "demo_cmd", "plan_cmd", "env_cmd", "config_cmd"):
+        assert other not in result.stdout
+
+
+def test_help_and_unknown_commands_still_list_every_command() -> None:
+    result = run_accelkw(["--help"])
+    assert result.returncode == 0
+    for command in ("plugins", "config", "plan", "launch", "demo", "env"):
+        assert command in result.stdout
+    unknown = run_accelkw(["frobnicate"])
+    assert unknown.returncode == 2
+    assert "choose from 'plugins', 'config', 'plan', 'launch', 'demo', 'env'" in unknown.stderr
