@@ -133,3 +133,15 @@ def fresh_registry() -> Callable[..., Any]:
 
     yield make
     undo()
+
+
+@pytest.fixture(autouse=True, scope="session")
+def _private_cache_home(tmp_path_factory: pytest.TempPathFactory) -> Any:
+    """Keep the entry-point cache of every test process out of the user's ~/.cache."""
+    previous = os.environ.get("XDG_CACHE_HOME")
+    os.environ["XDG_CACHE_HOME"] = str(tmp_path_factory.mktemp("xdg-cache"))
+    yield
+    if previous is None:
+        os.environ.pop("XDG_CACHE_HOME", None)
+    else:
+        os.environ["XDG_CACHE_HOME"] = previous
