@@ -1,0 +1,71 @@
+"""The five built-in plugins together: listed without torch, composed in one 2-process run."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from accelkw_core.testing import run_workers
+from tests.builtin_workers import five_builtins_worker
+from tests.conftest import run_python
+
+BUILTINS = {
+    "autocast": ("accelkw_autocast", "accelkw-autocast"),
+    "ddp": ("accelkw_ddp", "accelkw-ddp"),
+    "grad_scaler": ("accelkw_grad_scaler", "accelkw-grad-scaler"),
+    "process_group": ("accelkw_process_group", "accelkw-process-group"),
+    "profile": ("accelkw_profile", "accelkw-profile"),
+}
+
+
+@pytest.fixture(scope="module", autouse=True)
+def _builtins_installed() -> None:
+    for module, dist in BUILTINS.values():
+        pytest.importorskip(module, reason=f"needs {dist} (pip install -r requirements.txt)")
+
+
+def test_the_five_are_listed_loaded_without_importing_torch() -> None:
+    result = run_python(
+        """
+        import io, json, sys, contextlib
+        from accelkw_core.cli.main import main
+        buf = io.StringIO()
+        with contextlib.redirect_stdout(buf):
+            code = main(["plugins", "list", "--json"])
+        print(json.dumps({"code": code, "torch": "torch" in sys.modules,
+                          "plugins": json.loads(buf.getvalue())}))
+        """
+    )
+    assert result.returncode == 0, result.stderr
+    data = json.loads(result.stdout)
+    assert data["code"] == 0 and data["torch"] is False
+    by_name = {p["name"]: p for p in data["plugins"]}
+    for name, (module, dist) in BUILTINS.items():
+        plugin = by_name[name]
+        assert plugin["status"] == "loaded", plugin
+        assert plugin["distribution"] == dist
+        assert plugin["entry_point"] == f"{module}.plugin"
+        assert [h["name"] for h in plugin["handlers"]] == [name]
+
+
+@pytest.mark.multiprocess
+def test_all_five_compose_in_one_two_process_bf16_run(tmp_path: Path) -> None:
+    r0, r1 = run_workers(five_builtins_worker, 2, args=(str(tmp_path), 3), timeout=180)
+    for r in (r0, r1):
+        assert set(BUILTINS) <= set(r["applied"])
+        order = r["order"]
+        assert order.index("process_group") < order.index("ddp")
+        assert order.index("autocast") < order.index("grad_scaler")
+        assert r["forward_dtype"] == "torch.bfloat16"
+        assert r["wrapped"] == "DistributedDataParallel"
+        assert r["bucket_bytes_cap"] == 1024 * 1024
+        # bf16 needs no loss scaling: the handler says so instead of silently doing nothing.
+        assert r["scaler"] is False
+        assert any(line.startswith("grad_scaler: mixed precision 'bf16'") for line in r["log"])
+        assert r["ranks_equal"] is True
+        assert r["last_loss"] < r["first_loss"]
+        assert r["group_during"] is True and r["group_after"] is False
+    assert r0["trace"] is True and r0["trace_has_linear"] is True
+    assert r1["trace"] is False  # profile_ranks=[0]
