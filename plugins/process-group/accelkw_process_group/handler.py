@@ -17,6 +17,7 @@ from accelkw_process_group._backends import (
     fallback_backend,
     is_available,
 )
+from accelkw_process_group._exit_guard import settle_workers_at_exit
 
 if TYPE_CHECKING:
     from accelkw_core import AcceleratorState
@@ -139,6 +140,7 @@ class InitProcessGroupKwargs(KwargsHandler):
         plan = self.plan(state)
         dist.init_process_group(**plan.init_kwargs(state.rank, state.world_size))
         created = dist.group.WORLD
+        settle_workers_at_exit()
 
         def destroy() -> None:
             # Only the group made here: a user may have replaced it since.

@@ -224,3 +224,15 @@ def test_importing_the_plugin_and_building_a_handler_does_not_import_torch() -> 
         [sys.executable, "-c", code], capture_output=True, text=True, timeout=120, check=True
     )
     assert result.stdout.strip() == "[]"
+
+
+def test_the_exit_pause_is_registered_once_per_process() -> None:
+    import atexit
+
+    from accelkw_process_group import _exit_guard
+
+    before = atexit._ncallbacks()
+    _exit_guard.settle_workers_at_exit()
+    _exit_guard.settle_workers_at_exit()
+    assert atexit._ncallbacks() - before in (0, 1)  # 0 when an earlier test created a group
+    assert _exit_guard._registered is True
