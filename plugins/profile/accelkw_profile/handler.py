@@ -194,7 +194,16 @@ class ProfileKwargs(KwargsHandler):
         state.record(self.name, self._plan(state), applied=self.selects(state.rank))
 
     def describe(self, state: AcceleratorState) -> str:
-        """What ``profile()`` would do on ``state``'s rank; builds nothing."""
+        """What ``profile()`` would do on ``state``'s rank; builds nothing.
+
+        Activities set explicitly are checked against this machine (which imports torch), so
+        ``accelkw plan`` shows ``ProfileKwargs(activities=["cuda"])`` failing on a CPU machine.
+        """
+        if self.activities is not None and self.selects(state.rank):
+            try:
+                self.profiler_activities()
+            except ConfigError as exc:
+                return f"would fail when profile() is entered: {exc}"
         return self._plan(state)
 
     def _plan(self, state: AcceleratorState) -> str:

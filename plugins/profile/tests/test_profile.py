@@ -291,3 +291,11 @@ def test_compose_fills_the_profiler_slot() -> None:
     assert state.profiler_factory is not None
     with state.profiler_factory() as prof:
         run_model(prof)
+
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason="needs a machine without CUDA")
+def test_describe_shows_an_activity_this_machine_lacks() -> None:
+    text = ProfileKwargs(activities=["cpu", "cuda"]).describe(make_state())
+    assert text.startswith("would fail when profile() is entered: profile.activities: got 'cuda'")
+    assert "an activity this machine supports: 'cpu'" in text
+    assert ProfileKwargs(activities=["cpu"]).describe(make_state()).startswith("rank 0 profiles")
