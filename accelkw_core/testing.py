@@ -29,6 +29,7 @@ __all__ = [
     "free_port",
     "isolated_registry",
     "make_state",
+    "modules_loaded_by",
     "run_workers",
 ]
 
@@ -247,3 +248,38 @@ def _silent_exit(rank: int, code: int | None) -> str:
         else "a crash, os._exit, or a return value that does not pickle"
     )
     return f"rank {rank} exited with code {code} without reporting a result ({why})"
+
+
+def modules_loaded_by(
+    code: str,
+    prefix: str = "torch",
+    *,
+    env: Mapping[str, str] | None = None,
+    timeout: float = 120.0,
+) -> list[str]:
+    """Run ``code`` in a fresh interpreter; return the loaded modules ``prefix`` or ``prefix.*``.
+
+    Plugins must not import torch when they are imported (listing plugins stays fast), so a
+    plugin's tests check ``modules_loaded_by("import my_plugin.plugin") == []``. ``code`` that
+    fails raises ``AssertionError`` with its output.
+    """
+    import json
+    import subprocess
+    import sys
+
+    probe = (
+        f"{code}\nimport json as _j, sys as _s\n"
+        f"print(_j.dumps(sorted(m for m in _s.modules if m == {prefix!r} "
+        f"or m.startswith({prefix + '.'!r}))))"
+    )
+    proc = subprocess.run(
+        [sys.executable, "-c", probe],
+        capture_output=True,
+        text=True,
+        env=None if env is None else dict(env),
+        timeout=timeout,
+    )
+    if proc.returncode != 0:
+        raise AssertionError(f"the code failed (exit {proc.returncode}):\n{proc.stderr}")
+    loaded: list[str] = json.loads(proc.stdout.strip().splitlines()[-1])
+    return loaded
