@@ -321,7 +321,10 @@ IMPORT_SITES = {
     "accelkw_core/cache.py",  # entry points, after the allow/deny check
     "accelkw_core/coercion.py",  # callables, only with import_callables=True
 }
-PROCESS_SITES = {"accelkw_core/cli/launch_cmd.py"}  # runs the user's script
+PROCESS_SITES = {
+    "accelkw_core/cli/launch_cmd.py",  # runs the user's script
+    "accelkw_core/testing.py",  # modules_loaded_by: runs the test's own code in a fresh interpreter
+}
 
 
 def shipped_sources() -> list[Path]:
