@@ -12,8 +12,14 @@ from typing import TYPE_CHECKING, Any
 from accelkw_core._version import __version__
 
 if TYPE_CHECKING:
-    from accelkw_core.accelerator import Accelerator
-    from accelkw_core.composition import compose, order_handlers, resolve_handlers
+    from accelkw_core.discovery.hookspecs import hookimpl, hookspec
+    from accelkw_core.discovery.registry import (
+        HandlerInfo,
+        PluginRecord,
+        Registry,
+        get_registry,
+        set_registry,
+    )
     from accelkw_core.errors import (
         AccelkwError,
         ComposeError,
@@ -23,22 +29,16 @@ if TYPE_CHECKING:
         PluginError,
         UnknownHandlerError,
     )
-    from accelkw_core.handler import KwargsHandler, handler_field
-    from accelkw_core.hookspecs import hookimpl, hookspec
-    from accelkw_core.registry import (
-        HandlerInfo,
-        PluginRecord,
-        Registry,
-        get_registry,
-        set_registry,
-    )
-    from accelkw_core.state import AcceleratorState, LogEntry
+    from accelkw_core.handlers.base import KwargsHandler, handler_field
+    from accelkw_core.runtime.accelerator import Accelerator
+    from accelkw_core.runtime.composition import compose, order_handlers, resolve_handlers
+    from accelkw_core.runtime.state import AcceleratorState, LogEntry
 
 _EXPORTS = {
-    "Accelerator": "accelkw_core.accelerator",
-    "compose": "accelkw_core.composition",
-    "order_handlers": "accelkw_core.composition",
-    "resolve_handlers": "accelkw_core.composition",
+    "Accelerator": "accelkw_core.runtime.accelerator",
+    "compose": "accelkw_core.runtime.composition",
+    "order_handlers": "accelkw_core.runtime.composition",
+    "resolve_handlers": "accelkw_core.runtime.composition",
     "AccelkwError": "accelkw_core.errors",
     "ComposeError": "accelkw_core.errors",
     "ConfigError": "accelkw_core.errors",
@@ -46,17 +46,17 @@ _EXPORTS = {
     "HandlerApplyError": "accelkw_core.errors",
     "PluginError": "accelkw_core.errors",
     "UnknownHandlerError": "accelkw_core.errors",
-    "KwargsHandler": "accelkw_core.handler",
-    "handler_field": "accelkw_core.handler",
-    "hookimpl": "accelkw_core.hookspecs",
-    "hookspec": "accelkw_core.hookspecs",
-    "HandlerInfo": "accelkw_core.registry",
-    "PluginRecord": "accelkw_core.registry",
-    "Registry": "accelkw_core.registry",
-    "get_registry": "accelkw_core.registry",
-    "set_registry": "accelkw_core.registry",
-    "AcceleratorState": "accelkw_core.state",
-    "LogEntry": "accelkw_core.state",
+    "KwargsHandler": "accelkw_core.handlers.base",
+    "handler_field": "accelkw_core.handlers.base",
+    "hookimpl": "accelkw_core.discovery.hookspecs",
+    "hookspec": "accelkw_core.discovery.hookspecs",
+    "HandlerInfo": "accelkw_core.discovery.registry",
+    "PluginRecord": "accelkw_core.discovery.registry",
+    "Registry": "accelkw_core.discovery.registry",
+    "get_registry": "accelkw_core.discovery.registry",
+    "set_registry": "accelkw_core.discovery.registry",
+    "AcceleratorState": "accelkw_core.runtime.state",
+    "LogEntry": "accelkw_core.runtime.state",
 }
 
 __all__ = [

@@ -13,7 +13,10 @@ __all__ = [
     "ConfigError",
     "ConfigFileError",
     "HandlerApplyError",
+    "MissingPluginWarning",
     "PluginError",
+    "RequirementError",
+    "ScaffoldError",
     "UnknownHandlerError",
     "suggest",
 ]
@@ -137,3 +140,24 @@ class HandlerApplyError(AccelkwError):
             f"handler {handler!r} (from {dist}) failed in apply(): "
             f"{type(cause).__name__}: {cause}; the handlers applied before it were undone"
         )
+
+
+class RequirementError(AccelkwError):
+    """One or more required plugins are missing, did not load, or have the wrong version.
+
+    ``problems`` holds one line per unmet requirement; ``source`` says where they were required.
+    """
+
+    def __init__(self, problems: list[str], source: str | None = None) -> None:
+        self.problems = problems
+        self.source = source
+        where = f"{source}: " if source else ""
+        super().__init__(f"{where}required plugins not satisfied: " + "; ".join(problems))
+
+
+class ScaffoldError(AccelkwError, ValueError):
+    """The plugin cannot be created: an invalid or taken name, or a target folder in use."""
+
+
+class MissingPluginWarning(UserWarning):
+    """A run lacks something a plugin would provide (gradient sync, a process group)."""

@@ -10,8 +10,8 @@ from __future__ import annotations
 import importlib
 from typing import Any
 
-from accelkw_core.handler import KwargsHandler
-from accelkw_core.known import REFERENCE_NAMES
+from accelkw_core.discovery.catalog import REFERENCE_NAMES
+from accelkw_core.handlers.base import KwargsHandler
 
 __all__ = ["KwargsHandler", *REFERENCE_NAMES]
 
@@ -45,7 +45,7 @@ def __dir__() -> list[str]:
 
 
 def _registered_class(name: str) -> type[KwargsHandler] | None:
-    from accelkw_core.registry import get_registry
+    from accelkw_core.discovery.registry import get_registry
 
     for info in get_registry().handlers().values():
         if info.cls.__name__ == name:

@@ -19,7 +19,7 @@ import sys
 
 from _timing import precompile, verdict
 
-CORE = ["accelkw_core", "accelkw_core.registry", "accelkw_core.accelerator"]
+CORE = ["accelkw_core", "accelkw_core.discovery.registry", "accelkw_core.runtime.accelerator"]
 CHECK = (
     "import sys, importlib; importlib.import_module({name!r}); "
     "leaked = sorted(m for m in sys.modules if m == 'torch' or m.startswith('torch.')); "
@@ -29,7 +29,7 @@ CHECK = (
 
 def plugin_modules() -> list[str]:
     """The module of every installed ``accelkw`` entry point."""
-    from accelkw_core.cache import scan
+    from accelkw_core.discovery.cache import scan
 
     return sorted({ep.value.split(":")[0].strip() for ep in scan("accelkw")})
 

@@ -90,7 +90,7 @@ class DocsError(Exception):
 @functools.cache
 def handler_class(name: str) -> type:
     """The handler class registered as ``name`` by a built-in plugin, imported without torch."""
-    from accelkw_core.known import HANDLER_DISTRIBUTIONS, REFERENCE_NAMES
+    from accelkw_core.discovery.catalog import HANDLER_DISTRIBUTIONS, REFERENCE_NAMES
 
     dist = HANDLER_DISTRIBUTIONS.get(name)
     if dist is None:
@@ -114,7 +114,7 @@ def handler_class(name: str) -> type:
 
 
 def _fields(cls: type) -> Iterator[tuple[Any, bool]]:
-    from accelkw_core.validation import field_specs
+    from accelkw_core.handlers.validation import field_specs
 
     factories = {
         f.name for f in dataclasses.fields(cls) if f.default_factory is not dataclasses.MISSING
@@ -150,7 +150,7 @@ def fields_table(name: str, lang: str = "en", docs: Mapping[str, str] | None = N
     ``docs`` replaces the description of the named fields (the Arabic pages); a name in it
     that is not a field is an error, so a translation cannot outlive a renamed field.
     """
-    from accelkw_core.validation import describe_type
+    from accelkw_core.handlers.validation import describe_type
 
     cls = handler_class(name)
     labels = LABELS[lang]
@@ -221,7 +221,7 @@ def handler_docstring(name: str) -> str:
 
 
 def _dist_of(name: str) -> str:
-    from accelkw_core.known import HANDLER_DISTRIBUTIONS
+    from accelkw_core.discovery.catalog import HANDLER_DISTRIBUTIONS
 
     return HANDLER_DISTRIBUTIONS[name]
 
@@ -436,8 +436,8 @@ def _parse_hook(name: str, fn: Callable[..., Any], options: dict[str, Any]) -> H
 
 
 def hook_docs() -> list[HookDoc]:
-    """Every hook specification in ``accelkw_core.hookspecs``, in source order."""
-    from accelkw_core import hookspecs
+    """Every hook specification in ``accelkw_core.discovery.hookspecs``, in source order."""
+    from accelkw_core.discovery import hookspecs
 
     marker = f"{hookspecs.PROJECT}_spec"
     found = [
@@ -447,7 +447,7 @@ def hook_docs() -> list[HookDoc]:
     ]
     found.sort(key=lambda item: inspect.getsourcelines(item[1])[1])
     if not found:
-        raise DocsError("accelkw_core.hookspecs defines no hook specifications")
+        raise DocsError("accelkw_core.discovery.hookspecs defines no hook specifications")
     return [_parse_hook(name, fn, dict(getattr(fn, marker))) for name, fn in found]
 
 

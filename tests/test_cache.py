@@ -17,13 +17,13 @@ from pathlib import Path
 
 import pytest
 
-from accelkw_core.cache import EntryPointInfo, cache_dir, stamp_of
+from accelkw_core.discovery.cache import EntryPointInfo, cache_dir, stamp_of
 from tests.conftest import good_plugin, run_accelkw, run_python, write_dist
 
 # Loads the registry and reports what it found and whether the scan (importlib_metadata) ran.
 PROBE = """
     import json, sys
-    from accelkw_core.registry import Registry
+    from accelkw_core.discovery.registry import Registry
     records = Registry().plugins()
     print(json.dumps({
         "scanned": "importlib_metadata" in sys.modules,

@@ -13,7 +13,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 import runtime_helpers as rh
 
 from accelkw_core import Accelerator, ComposeError, ConfigError, ConfigFileError
-from accelkw_core.settings import Settings, resolve_settings
+from accelkw_core.config.settings import Settings, resolve_settings
 
 
 @pytest.fixture(autouse=True)

@@ -24,10 +24,10 @@ from typing import Any
 
 import pytest
 
-from accelkw_core import hookspecs
 from accelkw_core.cli.main import build_parser
-from accelkw_core.handler import KwargsHandler
-from accelkw_core.known import HANDLER_DISTRIBUTIONS, REFERENCE_NAMES
+from accelkw_core.discovery import hookspecs
+from accelkw_core.discovery.catalog import HANDLER_DISTRIBUTIONS, REFERENCE_NAMES
+from accelkw_core.handlers.base import KwargsHandler
 from tests.conftest import REPO
 
 MKDOCS = Path(sys.executable).parent / "mkdocs"

@@ -14,7 +14,7 @@ import pytest
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import runtime_helpers as rh
 
-from accelkw_core.registry import set_registry
+from accelkw_core.discovery.registry import set_registry
 
 # Each example verbatim from the reference page, with the module its class comes from.
 EXAMPLES = {
@@ -148,7 +148,7 @@ def test_a_missing_plugin_class_names_the_distribution_to_install(
     name: str, distribution: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     import accelkw_core.utils as utils
-    from accelkw_core.known import REFERENCE_NAMES
+    from accelkw_core.discovery.catalog import REFERENCE_NAMES
 
     monkeypatch.setitem(sys.modules, REFERENCE_NAMES[name][0], None)  # import now fails
     monkeypatch.delitem(vars(utils), name, raising=False)

@@ -219,7 +219,7 @@ KINDS: dict[str, Kind] = {
 ACCELERATOR_CHECK = """
     import json, os, sys, warnings
     from accelkw_core import Accelerator, AcceleratorState
-    from accelkw_core.composition import compose
+    from accelkw_core.runtime.composition import compose
 
     out = {"error": None, "handlers": None, "warnings": []}
     with warnings.catch_warnings(record=True) as caught:
@@ -382,7 +382,7 @@ def group_then_explode(rank: int, site: str) -> dict[str, Any]:
     else:  # pragma: no cover - reported as a failure by the test
         error = None
     from accelkw_core import AcceleratorState
-    from accelkw_core.composition import compose
+    from accelkw_core.runtime.composition import compose
 
     state = AcceleratorState.from_env(cpu=True)
     try:

@@ -25,9 +25,9 @@ from typing import Any, ClassVar
 import pytest
 
 from accelkw_core import ConfigError, KwargsHandler, handler_field, hookimpl
-from accelkw_core.settings import resolve_settings
+from accelkw_core.config.settings import resolve_settings
+from accelkw_core.handlers.validation import build_handler
 from accelkw_core.testing import isolated_registry
-from accelkw_core.validation import build_handler
 from tests.conftest import REPO, good_plugin, run_accelkw, run_python, write_dist
 
 # A plugin that leaves a trace of every line of it that runs.
@@ -318,12 +318,12 @@ IMPORT_SITES = {
     "accelkw_core/__init__.py",  # lazy re-exports from a constant table
     "accelkw_core/cli/main.py",  # the command modules, a constant tuple
     "accelkw_core/utils.py",  # reference class names, a constant table
-    "accelkw_core/cache.py",  # entry points, after the allow/deny check
-    "accelkw_core/coercion.py",  # callables, only with import_callables=True
+    "accelkw_core/discovery/cache.py",  # entry points, after the allow/deny check
+    "accelkw_core/handlers/coercion.py",  # callables, only with import_callables=True
 }
 PROCESS_SITES = {
     "accelkw_core/cli/launch_cmd.py",  # runs the user's script
-    "accelkw_core/testing.py",  # modules_loaded_by: runs the test's own code in a fresh interpreter
+    "accelkw_core/testing/helpers.py",  # modules_loaded_by: runs the test's own code in a fresh interpreter
 }
 
 

@@ -14,14 +14,14 @@ from pathlib import Path
 import pytest
 
 from accelkw_core.cli.main import main
-from accelkw_core.scaffold import (
+from accelkw_core.testing import isolated_registry
+from accelkw_core.tools.scaffold import (
     PluginNames,
     ScaffoldError,
     check_available,
     render,
     scaffold_plugin,
 )
-from accelkw_core.testing import isolated_registry
 from tests.conftest import good_plugin, run_accelkw, write_dist
 
 EXPECTED_FILES = [

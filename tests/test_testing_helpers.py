@@ -279,7 +279,7 @@ def test_run_workers_kills_workers_that_outlive_the_timeout() -> None:
 def test_modules_loaded_by_reports_what_a_fresh_interpreter_imported() -> None:
     from accelkw_core.testing import modules_loaded_by
 
-    assert modules_loaded_by("import accelkw_core.registry") == []
+    assert modules_loaded_by("import accelkw_core.discovery.registry") == []
     assert modules_loaded_by("import json", prefix="json")[:1] == ["json"]
     with pytest.raises(AssertionError, match="ZeroDivisionError"):
         modules_loaded_by("1 / 0")

@@ -28,9 +28,9 @@ def add_parser(sub: Any) -> None:
 def cmd_check(args: argparse.Namespace) -> int:
     from accelkw_core.cli.render import print_json
     from accelkw_core.cli.settings_view import accelerator_lines, handler_lines, settings_json
+    from accelkw_core.config.settings import resolve_settings
+    from accelkw_core.discovery.registry import get_registry
     from accelkw_core.errors import AccelkwError
-    from accelkw_core.registry import get_registry
-    from accelkw_core.settings import resolve_settings
 
     registry = get_registry()
     try:

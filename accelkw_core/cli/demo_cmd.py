@@ -1,6 +1,6 @@
 """``accelkw demo``: train a small model with every installed handler and summarise the run.
 
-The training script is :mod:`accelkw_core.demo`, run on N CPU processes through the same
+The training script is :mod:`accelkw_core.tools.demo`, run on N CPU processes through the same
 machinery as ``accelkw launch``.
 """
 
@@ -63,8 +63,8 @@ def cmd_demo(args: argparse.Namespace) -> int:
 
     from accelkw_core.cli.launch_cmd import PASSTHROUGH, build_command, run_child
     from accelkw_core.cli.render import print_json
+    from accelkw_core.config.settings import resolve_settings
     from accelkw_core.errors import ConfigError
-    from accelkw_core.settings import resolve_settings
 
     if args.nproc_per_node < 1 or args.steps < 1:
         bad = ("nproc_per_node", args.nproc_per_node) if args.nproc_per_node < 1 else None
@@ -92,7 +92,7 @@ def cmd_demo(args: argparse.Namespace) -> int:
     launch = argparse.Namespace(nproc_per_node=str(args.nproc_per_node), config=args.config)
     for key in PASSTHROUGH:
         setattr(launch, key, None)
-    cmd, env = build_command(launch, "accelkw_core.demo", script, module=True, env=env)
+    cmd, env = build_command(launch, "accelkw_core.tools.demo", script, module=True, env=env)
     names = ", ".join(h.name for h in settings.handlers) or "none installed"
     device = "CUDA" if args.gpu else "CPU"
     print(

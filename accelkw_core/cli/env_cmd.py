@@ -68,8 +68,8 @@ def collect_env() -> dict[str, Any]:
     import platform  # here, not at the top: every command builds this module's parser
 
     from accelkw_core._version import __version__
-    from accelkw_core.config import find_config
-    from accelkw_core.registry import get_registry
+    from accelkw_core.config.files import find_config
+    from accelkw_core.discovery.registry import get_registry
 
     registry = get_registry()
     plugins = [

@@ -73,11 +73,11 @@ def build_command(
     env: Mapping[str, str] | None = None,
 ) -> tuple[list[str], dict[str, str]]:
     """The command line and environment that run ``script`` as ``args`` ask."""
-    from accelkw_core.config import CONFIG_ENV
+    from accelkw_core.config.files import CONFIG_ENV
 
     child_env = dict(os.environ if env is None else env)
     if args.config:
-        from accelkw_core.config import find_config, load_config
+        from accelkw_core.config.files import find_config, load_config
 
         path = find_config(args.config)
         load_config(path)  # fail here, once, rather than in every worker

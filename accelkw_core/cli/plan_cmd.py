@@ -7,7 +7,7 @@ import os
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from accelkw_core.settings import Settings
+    from accelkw_core.config.settings import Settings
 
 __all__ = ["add_parser", "build_plan", "cmd_plan"]
 
@@ -35,12 +35,12 @@ def add_parser(sub: Any) -> None:
 
 def build_plan(config: str | None, nproc: int | None) -> tuple[Settings, dict[str, Any]]:
     """The settings and the plan as JSON data; raises ``AccelkwError`` for a bad config."""
-    from accelkw_core.checks import gaps_in_plan
     from accelkw_core.cli.settings_view import settings_json
+    from accelkw_core.config.settings import resolve_settings
+    from accelkw_core.discovery.registry import get_registry
     from accelkw_core.errors import ConfigError
-    from accelkw_core.registry import get_registry
-    from accelkw_core.settings import resolve_settings
-    from accelkw_core.state import AcceleratorState
+    from accelkw_core.runtime.gaps import gaps_in_plan
+    from accelkw_core.runtime.state import AcceleratorState
 
     registry = get_registry()
     settings = resolve_settings(config=config, registry=registry)

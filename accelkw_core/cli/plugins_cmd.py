@@ -42,7 +42,7 @@ def add_parser(sub: Any) -> None:
 
 def handler_fields(cls: type) -> list[dict[str, Any]]:
     """The fields of a handler class as ``{"name", "type", "default", "doc"}`` dicts."""
-    from accelkw_core.validation import describe_type, field_specs
+    from accelkw_core.handlers.validation import describe_type, field_specs
 
     return [
         {
@@ -78,7 +78,7 @@ def plugin_json(record: Any) -> dict[str, Any]:
 
 
 def cmd_list(args: argparse.Namespace) -> int:
-    from accelkw_core.registry import get_registry
+    from accelkw_core.discovery.registry import get_registry
 
     records = get_registry().plugins()
     bad = [r for r in records if r.status in ("failed", "conflict")]
@@ -105,7 +105,7 @@ def cmd_list(args: argparse.Namespace) -> int:
 
 
 def cmd_show(args: argparse.Namespace) -> int:
-    from accelkw_core.registry import get_registry
+    from accelkw_core.discovery.registry import get_registry
 
     info = get_registry().get(args.name)
     cls = info.cls
@@ -143,7 +143,7 @@ def cmd_new(args: argparse.Namespace) -> int:
     import os
     from pathlib import Path
 
-    from accelkw_core.scaffold import PluginNames, scaffold_plugin
+    from accelkw_core.tools.scaffold import PluginNames, scaffold_plugin
 
     names = PluginNames.from_name(args.name)
     files = scaffold_plugin(args.name, args.dir)

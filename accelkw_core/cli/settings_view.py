@@ -7,14 +7,14 @@ from typing import TYPE_CHECKING, Any
 from accelkw_core.cli.render import jsonable
 
 if TYPE_CHECKING:
-    from accelkw_core.settings import HandlerSettings, Settings
+    from accelkw_core.config.settings import HandlerSettings, Settings
 
 __all__ = ["field_rows", "handler_lines", "settings_json"]
 
 
 def field_rows(hs: HandlerSettings) -> list[dict[str, Any]]:
     """Each field of a handler: value, default, whether it differs, and where it came from."""
-    from accelkw_core.validation import field_specs
+    from accelkw_core.handlers.validation import field_specs
 
     rows = []
     specs = field_specs(type(hs.handler))

@@ -16,7 +16,7 @@ import torch
 from accelkw_seed import SeedKwargs, plugin
 
 from accelkw_core import AcceleratorState, ConfigError
-from accelkw_core.composition import compose
+from accelkw_core.runtime.composition import compose
 from accelkw_core.testing import (
     applied,
     apply_handler,

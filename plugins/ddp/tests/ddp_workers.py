@@ -143,8 +143,8 @@ def composed_run(rank: int, steps: int) -> dict[str, Any]:
     from accelkw_process_group import InitProcessGroupKwargs
 
     # Not ``from accelkw_core import compose``: once accelkw_core.testing has imported the
-    # submodule accelkw_core.composition, that name on the package is the module, not the function.
-    from accelkw_core.composition import compose
+    # submodule accelkw_core.runtime.composition, that name on the package is the module, not the function.
+    from accelkw_core.runtime.composition import compose
     from accelkw_core.testing import isolated_registry
 
     state = AcceleratorState.from_env(cpu=True)

@@ -16,10 +16,10 @@ from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from typing import Any
 
-from accelkw_core.composition import compose, handler_key
-from accelkw_core.handler import KwargsHandler
-from accelkw_core.registry import Registry
-from accelkw_core.state import AcceleratorState
+from accelkw_core.discovery.registry import Registry
+from accelkw_core.handlers.base import KwargsHandler
+from accelkw_core.runtime.composition import compose, handler_key
+from accelkw_core.runtime.state import AcceleratorState
 
 __all__ = [
     "WorkerFailed",
@@ -87,7 +87,7 @@ def apply_handler(
 def isolated_registry(plugins: Iterable[object] = (), **kwargs: Any) -> Registry:
     """A registry that reads no entry points and holds only ``plugins`` (modules or objects).
 
-    ``kwargs`` go to :class:`~accelkw_core.registry.Registry` (``allow``, ``deny``, ...).
+    ``kwargs`` go to :class:`~accelkw_core.discovery.registry.Registry` (``allow``, ``deny``, ...).
     """
     registry = Registry(autoload=False, **kwargs)
     for plugin in plugins:

@@ -16,9 +16,9 @@ from typing import Any, NamedTuple
 
 import pluggy
 
-from accelkw_core import cache, hookspecs
+from accelkw_core.discovery import cache, hookspecs
 from accelkw_core.errors import PluginError, UnknownHandlerError, suggest
-from accelkw_core.handler import KwargsHandler
+from accelkw_core.handlers.base import KwargsHandler
 
 __all__ = [
     "ENTRY_POINT_GROUP",
@@ -135,7 +135,7 @@ class Registry:
     is imported. ``autoload=False`` (or ``ACCELKW_DISABLE_PLUGIN_AUTOLOAD=1``) reads no entry
     points; :meth:`register_plugin` adds plugin objects in code either way. Entry points come
     through the cache in ``cache_dir`` (``None`` with ``ACCELKW_NO_CACHE=1``; see
-    :mod:`accelkw_core.cache`).
+    :mod:`accelkw_core.discovery.cache`).
     """
 
     def __init__(

@@ -16,16 +16,16 @@ import re
 from collections.abc import Iterable
 from typing import TYPE_CHECKING, Any, NamedTuple
 
-from accelkw_core.errors import AccelkwError, ConfigError
-from accelkw_core.known import HANDLER_DISTRIBUTIONS, install_hint
+from accelkw_core.discovery.catalog import HANDLER_DISTRIBUTIONS, install_hint
 
 # The allow- and deny-lists' name matching, so a name means the same thing in every list.
-from accelkw_core.registry import _norm
+from accelkw_core.discovery.registry import _norm
+from accelkw_core.errors import ConfigError, RequirementError
 
 if TYPE_CHECKING:
-    from accelkw_core.registry import PluginRecord, Registry
+    from accelkw_core.discovery.registry import PluginRecord, Registry
 
-__all__ = ["PluginRequirement", "RequirementError", "check_requirements", "parse_requirement"]
+__all__ = ["PluginRequirement", "check_requirements", "parse_requirement"]
 
 _REQUIREMENT = re.compile(r"^\s*(?P<name>[A-Za-z0-9][A-Za-z0-9._-]*)\s*(?P<spec>[<>=!~].*)?$")
 _STATUS_TEXT = {"failed": "failed to load", "disabled": "is disabled", "conflict": "is in conflict"}
@@ -38,19 +38,6 @@ class PluginRequirement(NamedTuple):
     text: str
     name: str
     spec: str
-
-
-class RequirementError(AccelkwError):
-    """One or more required plugins are missing, did not load, or have the wrong version.
-
-    ``problems`` holds one line per unmet requirement; ``source`` says where they were required.
-    """
-
-    def __init__(self, problems: list[str], source: str | None = None) -> None:
-        self.problems = problems
-        self.source = source
-        where = f"{source}: " if source else ""
-        super().__init__(f"{where}required plugins not satisfied: " + "; ".join(problems))
 
 
 def parse_requirement(text: Any, *, source: str | None = None) -> PluginRequirement:

@@ -17,20 +17,16 @@ from string import Template
 from typing import TYPE_CHECKING
 
 from accelkw_core._version import __version__
-from accelkw_core.errors import AccelkwError
+from accelkw_core.errors import ScaffoldError
 
 if TYPE_CHECKING:
-    from accelkw_core.registry import Registry
+    from accelkw_core.discovery.registry import Registry
 
-__all__ = ["PluginNames", "ScaffoldError", "check_available", "check_name", "scaffold_plugin"]
+__all__ = ["PluginNames", "check_available", "check_name", "scaffold_plugin"]
 
 _NAME = re.compile(r"^[a-z][a-z0-9_]*$")
 # Names whose package would be the core's own (``accelkw_core``) or read as a prefix twice.
 _RESERVED = {"core"}
-
-
-class ScaffoldError(AccelkwError, ValueError):
-    """The plugin cannot be created: an invalid or taken name, or a target folder in use."""
 
 
 @dataclass(frozen=True)
@@ -97,7 +93,7 @@ def check_available(names: PluginNames, registry: Registry | None = None) -> Non
     ``registry`` defaults to one that loads every installed plugin, ignoring allow- and
     deny-lists, so a disabled plugin still counts as installed.
     """
-    from accelkw_core.registry import Registry
+    from accelkw_core.discovery.registry import Registry
 
     registry = registry if registry is not None else Registry(autoload=True, env={})
     for record in registry.plugins():
@@ -137,7 +133,7 @@ def check_available(names: PluginNames, registry: Registry | None = None) -> Non
 
 def render(names: PluginNames) -> dict[str, str]:
     """The files of the new plugin: relative path -> text."""
-    from accelkw_core._scaffold_templates import FILES
+    from accelkw_core.tools.scaffold_templates import FILES
 
     major, minor = __version__.split(".")[:2]
     values = {

@@ -8,9 +8,9 @@ from __future__ import annotations
 
 from typing import Any
 
+from accelkw_core.discovery.catalog import install_hint
 from accelkw_core.errors import AccelkwError
-from accelkw_core.known import install_hint
-from accelkw_core.state import AcceleratorState
+from accelkw_core.runtime.state import AcceleratorState
 
 __all__ = ["REDUCTIONS", "barrier", "gather", "has_group", "reduce"]
 

@@ -10,18 +10,15 @@ from __future__ import annotations
 import warnings
 from collections.abc import Mapping
 
-from accelkw_core.known import install_hint
-from accelkw_core.state import AcceleratorState
+from accelkw_core.discovery.catalog import install_hint
+from accelkw_core.errors import MissingPluginWarning
+from accelkw_core.runtime.state import AcceleratorState
 
-__all__ = ["MissingPluginWarning", "gaps_after_apply", "gaps_in_plan", "warn_gaps"]
+__all__ = ["gaps_after_apply", "gaps_in_plan", "warn_gaps"]
 
 # The built-in handlers that close each gap; named here only to say what to install.
 SYNC_HANDLER = "ddp"
 GROUP_HANDLER = "process_group"
-
-
-class MissingPluginWarning(UserWarning):
-    """A run lacks something a plugin would provide (gradient sync, a process group)."""
 
 
 def _why_missing(name: str, installed: Mapping[str, object], disabled: Mapping[str, str]) -> str:

@@ -7,7 +7,7 @@ from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any, ClassVar, Self
 
 if TYPE_CHECKING:
-    from accelkw_core.state import AcceleratorState
+    from accelkw_core.runtime.state import AcceleratorState
 
 __all__ = ["KwargsHandler", "handler_field"]
 
@@ -41,7 +41,7 @@ class KwargsHandler:
 
     A handler is a ``@dataclass`` subclass with a default for every field, a registry ``name``
     (its config key), optional ``after`` (registry names it must be applied after) and
-    ``apply(state)``, which configures an :class:`~accelkw_core.state.AcceleratorState`.
+    ``apply(state)``, which configures an :class:`~accelkw_core.runtime.state.AcceleratorState`.
 
     ``to_kwargs()`` keeps the reference semantics (the fields that differ from a default
     instance). ``explicit_kwargs()`` adds the fields passed to the constructor, so a value the
@@ -63,7 +63,7 @@ class KwargsHandler:
 
     def __post_init__(self) -> None:
         # Values set in code pass the same checks as config values; enum strings become members.
-        from accelkw_core.validation import check_instance
+        from accelkw_core.handlers.validation import check_instance
 
         check_instance(self)
         self.check_values()
@@ -108,13 +108,13 @@ class KwargsHandler:
         ``strings=True`` also accepts text forms (``"true"``, ``"25"``, JSON lists and dicts),
         as read from environment variables. Raises :class:`~accelkw_core.errors.ConfigError`.
         """
-        from accelkw_core.validation import build_handler
+        from accelkw_core.handlers.validation import build_handler
 
         return build_handler(cls, data, strings=strings)
 
     def validate(self) -> None:
         """Check the current field values as :meth:`from_mapping` would; raise ``ConfigError``."""
-        from accelkw_core.validation import check_instance
+        from accelkw_core.handlers.validation import check_instance
 
         check_instance(self)
         self.check_values()

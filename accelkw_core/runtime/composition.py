@@ -5,10 +5,10 @@ from __future__ import annotations
 import heapq
 from collections.abc import Iterable, Sequence
 
+from accelkw_core.discovery.registry import Registry, get_registry
 from accelkw_core.errors import ComposeError, HandlerApplyError
-from accelkw_core.handler import KwargsHandler
-from accelkw_core.registry import Registry, get_registry
-from accelkw_core.state import AcceleratorState
+from accelkw_core.handlers.base import KwargsHandler
+from accelkw_core.runtime.state import AcceleratorState
 
 __all__ = ["compose", "handler_key", "order_handlers", "resolve_handlers"]
 

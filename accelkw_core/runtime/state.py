@@ -13,7 +13,7 @@ from accelkw_core.errors import ConfigError
 if TYPE_CHECKING:
     import torch
 
-    from accelkw_core.handler import KwargsHandler
+    from accelkw_core.handlers.base import KwargsHandler
 
 __all__ = ["MIXED_PRECISION_MODES", "AcceleratorState", "LogEntry"]
 

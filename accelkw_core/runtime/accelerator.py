@@ -13,19 +13,19 @@ from contextlib import AbstractContextManager
 from types import TracebackType
 from typing import TYPE_CHECKING, Any
 
-from accelkw_core import ops
-from accelkw_core.checks import gaps_after_apply, warn_gaps
-from accelkw_core.composition import compose
+from accelkw_core.config.settings import Settings, resolve_settings
+from accelkw_core.discovery.catalog import install_hint
+from accelkw_core.discovery.registry import Registry, get_registry
 from accelkw_core.errors import AccelkwError
-from accelkw_core.known import install_hint
-from accelkw_core.registry import Registry, get_registry
-from accelkw_core.settings import Settings, resolve_settings
-from accelkw_core.state import AcceleratorState
+from accelkw_core.runtime import collectives as ops
+from accelkw_core.runtime.composition import compose
+from accelkw_core.runtime.gaps import gaps_after_apply, warn_gaps
+from accelkw_core.runtime.state import AcceleratorState
 
 if TYPE_CHECKING:
     import torch
 
-    from accelkw_core.handler import KwargsHandler
+    from accelkw_core.handlers.base import KwargsHandler
 
 __all__ = ["Accelerator", "NoProfiler"]
 
@@ -141,8 +141,8 @@ class Accelerator:
     def _prepare_one(self, obj: Any) -> Any:
         import torch
 
-        from accelkw_core.data import PreparedDataLoader, prepare_data_loader
-        from accelkw_core.optimizer import AcceleratedOptimizer
+        from accelkw_core.runtime.data_loader import PreparedDataLoader, prepare_data_loader
+        from accelkw_core.runtime.optimizer import AcceleratedOptimizer
 
         if isinstance(obj, torch.nn.Module):
             return self.prepare_model(obj)

@@ -1,6 +1,6 @@
 """The training script of ``accelkw demo``: a small MLP on synthetic data, every handler composed.
 
-Run on each worker by ``accelkw launch`` (``python -m accelkw_core.demo``). Rank 0 prints progress
+Run on each worker by ``accelkw launch`` (``python -m accelkw_core.tools.demo``). Rank 0 prints progress
 and, with ``--summary-file``, writes a JSON summary that ``accelkw demo`` prints at the end.
 """
 
@@ -21,7 +21,7 @@ FEATURES, HIDDEN, SAMPLES = 32, 64, 4096
 
 
 def _parse(argv: Sequence[str] | None) -> argparse.Namespace:
-    p = argparse.ArgumentParser(prog="python -m accelkw_core.demo")
+    p = argparse.ArgumentParser(prog="python -m accelkw_core.tools.demo")
     p.add_argument("--steps", type=int, default=60, help="optimizer steps")
     p.add_argument("--batch-size", type=int, default=32, help="samples per step per process")
     p.add_argument("--lr", type=float, default=1e-2)
@@ -71,7 +71,7 @@ def train(args: argparse.Namespace) -> dict[str, Any]:
 def _loop(
     acc: Any, model: Any, optimizer: Any, loader: Any, args: Any, torch: Any
 ) -> dict[str, Any]:
-    from accelkw_core.ops import has_group
+    from accelkw_core.runtime.collectives import has_group
 
     losses: list[tuple[int, float]] = []
     global_batch = args.batch_size * acc.num_processes

@@ -20,7 +20,7 @@ from torch.utils.data import (
 )
 
 from accelkw_core.errors import AccelkwError
-from accelkw_core.state import AcceleratorState
+from accelkw_core.runtime.state import AcceleratorState
 
 __all__ = ["PreparedDataLoader", "move_to_device", "prepare_data_loader"]
 

@@ -20,14 +20,14 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from accelkw_core.composition import handler_key, order_handlers, resolve_handlers
-from accelkw_core.config import ConfigFile, check_mixed_precision, find_config, load_config
+from accelkw_core.config.files import ConfigFile, check_mixed_precision, find_config, load_config
+from accelkw_core.discovery.catalog import install_hint
+from accelkw_core.discovery.registry import Registry, get_registry
+from accelkw_core.discovery.required_plugins import check_requirements
 from accelkw_core.errors import AccelkwError, ConfigError, suggest
-from accelkw_core.handler import KwargsHandler
-from accelkw_core.known import install_hint
-from accelkw_core.registry import Registry, get_registry
-from accelkw_core.requirements import check_requirements
-from accelkw_core.validation import build_handler
+from accelkw_core.handlers.base import KwargsHandler
+from accelkw_core.handlers.validation import build_handler
+from accelkw_core.runtime.composition import handler_key, order_handlers, resolve_handlers
 
 __all__ = [
     "ENV_ALLOW_IMPORTS",

@@ -30,7 +30,7 @@ from pathlib import Path
 from typing import Any
 
 from accelkw_core.errors import ConfigError, ConfigFileError, suggest
-from accelkw_core.state import MIXED_PRECISION_MODES
+from accelkw_core.runtime.state import MIXED_PRECISION_MODES
 
 __all__ = [
     "CONFIG_ENV",
@@ -241,7 +241,7 @@ def _name_list(cfg: ConfigFile, key: str, value: Any) -> list[str]:
 
 def _requirement_list(cfg: ConfigFile, value: Any) -> list[str]:
     # Checked here so that `accelkw config check` reports a malformed entry with its file.
-    from accelkw_core.requirements import EXPECTED, parse_requirement
+    from accelkw_core.discovery.required_plugins import EXPECTED, parse_requirement
 
     where = cfg.where("plugins")
     if not isinstance(value, list):

@@ -8,8 +8,8 @@ from typing import TYPE_CHECKING, Any
 import pluggy
 
 if TYPE_CHECKING:
-    from accelkw_core.handler import KwargsHandler
-    from accelkw_core.state import AcceleratorState
+    from accelkw_core.handlers.base import KwargsHandler
+    from accelkw_core.runtime.state import AcceleratorState
 
 __all__ = ["PROJECT", "hookimpl", "hookspec"]
 
