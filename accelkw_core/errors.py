@@ -12,6 +12,7 @@ __all__ = [
     "ComposeError",
     "ConfigError",
     "ConfigFileError",
+    "ConfigWarning",
     "HandlerApplyError",
     "MissingPluginWarning",
     "PluginError",
@@ -161,3 +162,9 @@ class ScaffoldError(AccelkwError, ValueError):
 
 class MissingPluginWarning(UserWarning):
     """A run lacks something a plugin would provide (gradient sync, a process group)."""
+
+
+class ConfigWarning(UserWarning):
+    """A setting that is probably a mistake but does not stop a run: an ``ACCELKW_*`` variable
+    that nothing reads, or a name in a plugin allow/deny list that no installed plugin has.
+    ``accelkw config check --strict`` and ``accelkw plugins list --strict`` make these errors."""

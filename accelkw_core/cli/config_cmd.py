@@ -22,19 +22,27 @@ def add_parser(sub: Any) -> None:
     )
     check.add_argument("file", nargs="?", help="the config file to check")
     check.add_argument("--json", action="store_true", help="print JSON")
+    check.add_argument(
+        "--strict",
+        action="store_true",
+        help="also exit 1 on warnings: an ACCELKW_* variable that nothing reads, a plugin "
+        "allow/deny list naming a plugin that is not installed",
+    )
     check.set_defaults(func=cmd_check)
 
 
 def cmd_check(args: argparse.Namespace) -> int:
     from accelkw_core.cli.render import print_json
     from accelkw_core.cli.settings_view import accelerator_lines, handler_lines, settings_json
+    from accelkw_core.cli.strict import config_warnings
     from accelkw_core.config.settings import resolve_settings
     from accelkw_core.discovery.registry import get_registry
     from accelkw_core.errors import AccelkwError
 
     registry = get_registry()
     try:
-        settings = resolve_settings(config=args.file, registry=registry, collect_errors=True)
+        with config_warnings() as warned:
+            settings = resolve_settings(config=args.file, registry=registry, collect_errors=True)
     except AccelkwError as exc:
         if args.json:
             print_json({"ok": False, "errors": [str(exc)]})
@@ -42,9 +50,9 @@ def cmd_check(args: argparse.Namespace) -> int:
             print(f"accelkw: error: {exc}", file=sys.stderr)
         return 1
     versions = {name: info.version for name, info in registry.handlers().items()}
-    ok = not settings.errors
+    ok = not settings.errors and not (args.strict and warned)
     if args.json:
-        print_json({"ok": ok, **settings_json(settings, versions)})
+        print_json({"ok": ok, "warnings": warned, **settings_json(settings, versions)})
         return 0 if ok else 1
     print(f"config: {settings.config.label}")
     print("accelerator:")
@@ -60,5 +68,7 @@ def cmd_check(args: argparse.Namespace) -> int:
         print(f"note: {note}")
     for err in settings.errors:
         print(f"accelkw: error: {err}", file=sys.stderr)
-    print(f"{'ok' if ok else 'invalid'}: {len(settings.errors)} error(s)")
+    counts = f"{len(settings.errors)} error(s)" + (f", {len(warned)} warning(s)" if warned else "")
+    strict = " (--strict: warnings count as errors)" if args.strict and warned else ""
+    print(f"{'ok' if ok else 'invalid'}: {counts}{strict}")
     return 0 if ok else 1

@@ -59,6 +59,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     if func is None:
         parser.print_help(sys.stderr)
         return 2
+    import warnings
+
+    from accelkw_core.cli.strict import show_warning
+
+    previous, warnings.showwarning = warnings.showwarning, show_warning
     try:
         return int(func(args))
     except AccelkwError as exc:
@@ -69,6 +74,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 130
     except BrokenPipeError:
         return 0
+    finally:
+        warnings.showwarning = previous
 
 
 if __name__ == "__main__":  # pragma: no cover

@@ -19,7 +19,10 @@ def add_parser(sub: Any) -> None:
     lst = psub.add_parser("list", help="every installed plugin and handler, with its status")
     lst.add_argument("--json", action="store_true", help="print a JSON array of plugin objects")
     lst.add_argument(
-        "--strict", action="store_true", help="exit 1 when any plugin failed or conflicts"
+        "--strict",
+        action="store_true",
+        help="exit 1 when any plugin failed or conflicts, or ACCELKW_PLUGINS / "
+        "ACCELKW_DISABLE_PLUGINS name a plugin that is not installed",
     )
     lst.set_defaults(func=cmd_list)
 
@@ -78,9 +81,12 @@ def plugin_json(record: Any) -> dict[str, Any]:
 
 
 def cmd_list(args: argparse.Namespace) -> int:
+    from accelkw_core.cli.strict import config_warnings
     from accelkw_core.discovery.registry import get_registry
 
-    records = get_registry().plugins()
+    registry = get_registry()
+    with config_warnings() as typos:  # ACCELKW_PLUGINS / ACCELKW_DISABLE_PLUGINS naming no plugin
+        records = registry.plugins()
     bad = [r for r in records if r.status in ("failed", "conflict")]
     if args.json:
         print_json([plugin_json(r) for r in records])
@@ -97,11 +103,18 @@ def cmd_list(args: argparse.Namespace) -> int:
         headers = ["HANDLER", "CLASS", "PLUGIN", "DISTRIBUTION", "VERSION", "STATUS", "REASON"]
         if rows:
             print(table(headers, rows))
+        elif not registry.autoload:
+            print("no plugins registered in code")
         else:
             print("no accelkw plugins installed (pip install accelkw-autocast, ...)")
+        if not registry.autoload:
+            print(
+                "entry-point autoloading is off (ACCELKW_DISABLE_PLUGIN_AUTOLOAD): "
+                "installed plugins are not read"
+            )
     for r in bad:
         print(f"accelkw: warning: plugin {r.name!r} {r.status}: {r.reason}", file=sys.stderr)
-    return 1 if args.strict and bad else 0
+    return 1 if args.strict and (bad or typos) else 0
 
 
 def cmd_show(args: argparse.Namespace) -> int:

@@ -20,11 +20,12 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from accelkw_core.config.environment import ENV_PREFIX, VARIABLES, env_flag, unknown_variables
 from accelkw_core.config.files import ConfigFile, check_mixed_precision, find_config, load_config
 from accelkw_core.discovery.catalog import install_hint
 from accelkw_core.discovery.registry import Registry, get_registry
 from accelkw_core.discovery.required_plugins import check_requirements
-from accelkw_core.errors import AccelkwError, ConfigError, suggest
+from accelkw_core.errors import AccelkwError, ConfigError, ConfigWarning, suggest
 from accelkw_core.handlers.base import KwargsHandler
 from accelkw_core.handlers.validation import build_handler
 from accelkw_core.runtime.composition import handler_key, order_handlers, resolve_handlers
@@ -38,9 +39,7 @@ __all__ = [
     "resolve_settings",
 ]
 
-ENV_PREFIX = "ACCELKW_"
 CODE, DEFAULT = "code", "default"
-_TRUE, _FALSE = {"1", "true", "yes", "on"}, {"0", "false", "no", "off"}
 ENV_ALLOW_IMPORTS = f"{ENV_PREFIX}ALLOW_IMPORTS"
 
 
@@ -115,6 +114,9 @@ def resolve_settings(
     installed = registry.handlers()
     known = set(installed) | set(code)
     env_values = env_overrides(env)
+    _warn_unknown_variables(
+        env, {n: type(code[n]) if n in code else installed[n].cls for n in sorted(known)}
+    )
 
     def attempt(fn: Any, *args: Any) -> Any:
         try:
@@ -186,19 +188,26 @@ def _accelerator(
 
 def _env_flag(env: Mapping[str, str], var: str, field_name: str) -> bool | None:
     """The boolean in environment variable ``var``; ``None`` when it is unset or empty."""
-    raw = env.get(var)
-    if not raw:
-        return None
-    low = raw.strip().lower()
-    if low not in _TRUE | _FALSE:
-        raise ConfigError(
-            "accelerator",
-            field_name,
-            raw,
-            "a boolean (true/false, 1/0, yes/no, on/off)",
-            source=f"environment variable {var}",
+    return env_flag(env, var, handler="accelerator", field=field_name)
+
+
+def _warn_unknown_variables(env: Mapping[str, str], classes: Mapping[str, type]) -> None:
+    """A :class:`ConfigWarning` for each ``ACCELKW_*`` variable that nothing reads."""
+    import dataclasses
+    import warnings
+
+    fields = {name: [f.name for f in dataclasses.fields(cls)] for name, cls in classes.items()}
+    for var, hint in unknown_variables(env, fields):
+        why = (
+            f"did you mean {hint}?"
+            if hint
+            else f"known: {', '.join(VARIABLES)} and ACCELKW_<HANDLER>__<FIELD>"
         )
-    return low in _TRUE
+        warnings.warn(
+            f"environment variable {var} is not an accelkw setting and is ignored ({why})",
+            ConfigWarning,
+            stacklevel=3,
+        )
 
 
 def _unknown(name: str, known: list[str], source: str, what: str) -> None:

@@ -82,7 +82,9 @@ class EntryPointInfo:
 def cache_dir(env: Mapping[str, str] | None = None) -> str | None:
     """The folder of the cache files, or ``None`` when ``ACCELKW_NO_CACHE`` turns caching off."""
     env = os.environ if env is None else env
-    if env.get(ENV_NO_CACHE, "").strip().lower() in ("1", "true", "yes"):
+    from accelkw_core.config.environment import env_flag
+
+    if env_flag(env, ENV_NO_CACHE, handler="plugins", field="no_cache"):
         return None
     base = env.get("XDG_CACHE_HOME", "")
     if not os.path.isabs(base):  # the XDG spec: a relative value is to be ignored

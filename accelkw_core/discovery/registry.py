@@ -16,8 +16,9 @@ from typing import Any, NamedTuple
 
 import pluggy
 
+from accelkw_core.config.environment import env_flag
 from accelkw_core.discovery import cache, hookspecs
-from accelkw_core.errors import PluginError, UnknownHandlerError, suggest
+from accelkw_core.errors import ConfigWarning, PluginError, UnknownHandlerError, suggest
 from accelkw_core.handlers.base import KwargsHandler
 
 __all__ = [
@@ -149,10 +150,15 @@ class Registry:
     ) -> None:
         env = os.environ if env is None else env
         if autoload is None:
-            autoload = env.get(ENV_NO_AUTOLOAD, "").strip().lower() not in ("1", "true", "yes")
+            off = env_flag(env, ENV_NO_AUTOLOAD, handler="plugins", field="disable_autoload")
+            autoload = not off
         self.autoload = autoload
         self.allow = set(allow) if allow is not None else _split_env(env.get(ENV_ALLOW))
         self.deny = set(deny) if deny is not None else (_split_env(env.get(ENV_DENY)) or set())
+        self._list_names = {
+            "allow": ENV_ALLOW if allow is None else "the allow-list",
+            "deny": ENV_DENY if deny is None else "the deny-list",
+        }
         self.group = group
         self.cache_dir = cache.cache_dir(env)
         self.pm = pluggy.PluginManager(hookspecs.PROJECT)
@@ -169,10 +175,48 @@ class Registry:
             return self
         self._loaded = True
         if self.autoload:
-            for ep in cache.entry_points(self.group, self.cache_dir):
+            found = cache.entry_points(self.group, self.cache_dir)
+            self._warn_unknown_names(found)
+            for ep in found:
                 self._load_entry_point(ep)
         self._handlers = None
         return self
+
+    def unknown_names(
+        self, found: Iterable[cache.EntryPointInfo] | None = None
+    ) -> list[tuple[str, str, str | None]]:
+        """``(list, name, close match)`` for each allow/deny name no installed plugin has.
+
+        A name matches a plugin's entry-point name or its distribution's name (``-``/``_``
+        and case aside), as :meth:`load` applies them.
+        """
+        if found is None:
+            found = cache.entry_points(self.group, self.cache_dir) if self.autoload else []
+        known: dict[str, str] = {}
+        for ep in found:
+            for name in (ep.name, ep.distribution):
+                if name:
+                    known.setdefault(_norm(name), name)
+        out = []
+        for key, names in (("allow", self.allow or set()), ("deny", self.deny)):
+            for name in sorted(names):
+                if _norm(name) not in known:
+                    hint = suggest(_norm(name), known)
+                    out.append((self._list_names[key], name, known[hint] if hint else None))
+        return out
+
+    def _warn_unknown_names(self, found: list[cache.EntryPointInfo]) -> None:
+        import warnings
+
+        installed = sorted({ep.name for ep in found})
+        for where, name, hint in self.unknown_names(found):
+            why = f"did you mean {hint!r}?" if hint else f"installed: {', '.join(installed)}"
+            warnings.warn(
+                f"{where} names {name!r}, which no installed plugin or distribution has "
+                f"({why if installed else 'no plugin is installed'})",
+                ConfigWarning,
+                stacklevel=4,
+            )
 
     def _selected(self, name: str, dist: str | None) -> str | None:
         names = {name, _norm(name)} | ({dist, _norm(dist)} if dist else set())
