@@ -1,4 +1,14 @@
-"""MkDocs hooks: fill the reference markers from the code and render Arabic pages right to left.
+"""MkDocs hooks: fill the reference markers from the code, and finish each language's site.
+
+The site is built once per language by the i18n plugin (see mkdocs.yml): English from ``docs/``,
+Arabic from ``docs/ar/`` at the same paths. These hooks
+
+- expand the reference markers below, in the language of the page's source file;
+- put ``lang`` and ``dir`` on ``<html>`` (the theme puts ``dir`` only on ``<body>``);
+- mark a page that has no translation yet (the plugin falls back to the English file): its
+  navigation title says so, a note in the site's language opens it, and its English text keeps
+  ``lang="en" dir="ltr"`` inside the right-to-left page;
+- make the language switch links relative, so the site works under any path.
 
 Markers (HTML comments, so an unprocessed page shows nothing wrong):
 
@@ -22,14 +32,35 @@ from typing import Any
 
 import refgen  # docs/refgen.py: MkDocs puts this folder on sys.path while loading hooks
 from mkdocs.exceptions import PluginError
+from mkdocs.plugins import event_priority
 
 MARKER = re.compile(r"<!--\s*([a-z]+)\s*(?::\s*(.*?))?\s*-->", re.S)
 KINDS = {"fields", "handler", "docstring", "handlers", "cli", "hooks"}
-RTL_PREFIX = "ar/"
+DEFAULT_LANG = "en"
+RTL_LANGS = {"ar"}
+
+# Shown on a page that the site's language has no translation of yet: (title, text).
+UNTRANSLATED = {
+    "ar": (
+        "لم تُترجم هذه الصفحة بعد",
+        "هذه الصفحة غير متاحة بالعربية حتى الآن، لذا يُعرض نصها الإنجليزي أدناه.",
+    ),
+}
 
 
 def _lang(page: Any) -> str:
-    return "ar" if page.file.src_uri.startswith(RTL_PREFIX) else "en"
+    """The language of the page's source: ``docs/ar/...`` is Arabic, anything else English."""
+    first = page.file.src_uri.split("/", 1)[0]
+    return first if first in UNTRANSLATED else DEFAULT_LANG
+
+
+def _site_lang(config: Any) -> str:
+    """The language of the site being built (the i18n plugin sets the theme's per build)."""
+    return str(config.theme.get("language") or DEFAULT_LANG)
+
+
+def _is_fallback(page: Any, config: Any) -> bool:
+    return _lang(page) != _site_lang(config)
 
 
 def _translations(lines: list[str], where: str) -> dict[str, str]:
@@ -83,15 +114,50 @@ def on_page_markdown(markdown: str, page: Any, **kwargs: Any) -> str:
     return MARKER.sub(replace, markdown)
 
 
-def on_post_page(output: str, page: Any, **kwargs: Any) -> str:
-    """Pages under ``ar/`` are Arabic: ``lang="ar"`` and ``dir="rtl"`` for the whole page."""
-    if _lang(page) != "ar":
-        return output
-    html, n_lang = re.subn(r'<html lang="[^"]*"', '<html lang="ar"', output, count=1)
-    html, n_dir = re.subn(r'<body dir="ltr"', '<body dir="rtl"', html, count=1)
-    if not (n_lang and n_dir):
+def on_page_content(html: str, page: Any, config: Any, **kwargs: Any) -> str:
+    """A page shown in English on another language's site says so, in that language."""
+    if not _is_fallback(page, config):
+        return html
+    site = _site_lang(config)
+    if site not in UNTRANSLATED:
         raise PluginError(
-            f"{page.file.src_uri}: cannot switch the page to right-to-left (the theme's "
-            "<html lang> or <body dir> attribute was not found)"
+            f"{page.file.src_uri}: no 'untranslated page' note for language {site!r}; "
+            f"add one to UNTRANSLATED in docs/hooks.py (known: {', '.join(sorted(UNTRANSLATED))})"
+        )
+    title, text = UNTRANSLATED[site]
+    page.title = f"{page.title} {refgen.LABELS[site]['untranslated'].strip()}"
+    note = (
+        '<div class="admonition note untranslated">'
+        f'<p class="admonition-title">{title}</p><p>{text}</p></div>'
+    )
+    return f'{note}\n<div lang="{DEFAULT_LANG}" dir="ltr">\n{html}\n</div>'
+
+
+def on_page_context(context: Any, page: Any, config: Any, **kwargs: Any) -> Any:
+    """Language switch links relative to the site root, like every other link of the site.
+
+    The i18n plugin points each entry at the same page in the other language, except on the
+    home pages, where it keeps the language's root-absolute link (``/ar/``), which would break a
+    site served below a path.
+    """
+    # Attribute access, as the plugin writes it and the theme's template reads it.
+    for alternate in getattr(config.extra, "alternate", None) or []:
+        if alternate["link"].startswith("/"):
+            alternate["link"] = alternate["link"].lstrip("/") or "./"
+    return context
+
+
+@event_priority(-100)  # after the theme and the i18n plugin have rendered the page
+def on_post_page(output: str, page: Any, config: Any, **kwargs: Any) -> str:
+    """``<html lang dir>`` for the site's language: right to left is set on the root element."""
+    lang = _site_lang(config)
+    direction = "rtl" if lang in RTL_LANGS else "ltr"
+    html, n = re.subn(
+        r'<html lang="[^"]*"', f'<html lang="{lang}" dir="{direction}"', output, count=1
+    )
+    if not n:
+        raise PluginError(
+            f"{page.file.src_uri}: cannot set the page direction (the theme's <html lang> "
+            "attribute was not found)"
         )
     return html

@@ -14,6 +14,7 @@ import importlib
 import importlib.util
 import inspect
 import os
+import posixpath
 import re
 import subprocess
 import sys
@@ -78,24 +79,35 @@ def load_refgen() -> ModuleType:
     return module
 
 
-@pytest.fixture(scope="module")
-def site(tmp_path_factory: pytest.TempPathFactory) -> Path:
+def build_site(out: Path) -> subprocess.CompletedProcess[str]:
+    """``mkdocs build --strict`` into ``out``, as CI runs it (no banner-silencing variable)."""
     if not MKDOCS.exists():
         pytest.skip(
-            f"mkdocs is not installed next to {sys.executable} (pip install mkdocs-material)"
+            f"mkdocs is not installed next to {sys.executable} (pip install -r requirements-dev.txt)"
         )
-    out = tmp_path_factory.mktemp("site")
+    env = {k: v for k, v in os.environ.items() if k != "NO_MKDOCS_2_WARNING"}
     proc = subprocess.run(
         [str(MKDOCS), "build", "--strict", "--site-dir", str(out)],
         cwd=REPO,
         capture_output=True,
         text=True,
         timeout=300,
-        env={**os.environ, "NO_MKDOCS_2_WARNING": "1"},
+        env=env,
     )
     assert proc.returncode == 0, f"mkdocs build --strict failed:\n{proc.stderr[-6000:]}"
     assert "WARNING" not in proc.stderr, proc.stderr[-6000:]
-    return out
+    return proc
+
+
+@pytest.fixture(scope="module")
+def build(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, str]:
+    out = tmp_path_factory.mktemp("site")
+    return out, build_site(out).stderr
+
+
+@pytest.fixture(scope="module")
+def site(build: tuple[Path, str]) -> Path:
+    return build[0]
 
 
 def page(site: Path, path: str) -> str:
@@ -144,14 +156,95 @@ def test_every_handler_field_is_in_its_generated_table(site: Path, name: str, la
     assert cells == [f.name for f in dataclasses.fields(cls) if f.init], (lang, name)
 
 
-def test_arabic_pages_are_right_to_left_with_a_language_switch(site: Path) -> None:
-    for path in ("ar", "ar/quickstart", *(f"ar/handlers/{n}" for n in HANDLER_DISTRIBUTIONS)):
+def test_the_build_prints_no_theme_banner(build: tuple[Path, str]) -> None:
+    """No end-of-life or MkDocs 2.0 notice, without any variable set (requirements-dev.txt)."""
+    stderr = build[1]
+    for phrase in ("end of life", "Zensical", "MkDocs 2.0", "NO_MKDOCS_2_WARNING"):
+        assert phrase not in stderr, stderr[:3000]
+
+
+def nav_links(html: str) -> list[tuple[str, str]]:
+    """(href, title) of every page link in the primary navigation (not the page's own TOC)."""
+    start = html.index("md-nav--primary")
+    nav = html[start : html.index("md-sidebar--secondary", start)]
+    links = re.findall(
+        r'<a href="([^"#][^"]*)"[^>]*class="md-nav__link[^"]*"[^>]*>(.*?)</a>', nav, re.S
+    )
+    return [(href, " ".join(text_of(title).split())) for href, title in links]
+
+
+def switch_links(html: str) -> dict[str, str]:
+    """hreflang -> href of the language switch in the header."""
+    return dict(
+        (lang, href)
+        for href, lang in re.findall(
+            r'<a href="([^"]*)" hreflang="([a-z]+)" class="md-select__link"', html
+        )
+    )
+
+
+ARABIC_PAGES = (
+    "ar",
+    "ar/quickstart",
+    "ar/handlers",
+    *(f"ar/handlers/{n}" for n in HANDLER_DISTRIBUTIONS),
+)
+UNTRANSLATED_MARK = "(بالإنجليزية)"
+
+
+def test_each_language_is_its_own_site_with_direction_on_html(site: Path) -> None:
+    for path in ARABIC_PAGES:
         html = page(site, path)
-        assert '<html lang="ar"' in html and '<body dir="rtl"' in html, path
-    english = page(site, "handlers/ddp")
-    assert '<body dir="ltr"' in english
-    assert 'href="../../ar/" hreflang="ar"' in english
-    assert 'hreflang="en"' in page(site, "ar/handlers/ddp")
+        assert '<html lang="ar" dir="rtl"' in html, path
+        assert 'placeholder="بحث"' in html, f"{path}: the theme's strings are not Arabic"
+    for path in ("", "quickstart", "handlers/ddp"):
+        html = page(site, path)
+        assert '<html lang="en" dir="ltr"' in html, path
+        assert 'placeholder="Search"' in html, path
+
+
+@pytest.mark.parametrize(
+    ("english", "arabic"),
+    [("", "ar"), ("quickstart", "ar/quickstart"), ("handlers/ddp", "ar/handlers/ddp")],
+)
+def test_the_language_switch_lands_on_the_same_page(site: Path, english: str, arabic: str) -> None:
+    def target(path: str, href: str) -> str:
+        resolved = posixpath.normpath(posixpath.join(path, href))
+        return "" if resolved == "." else resolved
+
+    en, ar = switch_links(page(site, english)), switch_links(page(site, arabic))
+    assert set(en) == set(ar) == {"en", "ar"}
+    assert target(english, en["ar"]) == arabic and target(english, en["en"]) == english
+    assert target(arabic, ar["en"]) == english and target(arabic, ar["ar"]) == arabic
+    for href in (*en.values(), *ar.values()):
+        assert not href.startswith("/"), "switch links must be relative (site served below a path)"
+
+
+def test_the_arabic_navigation_lists_arabic_pages_and_marks_english_ones(site: Path) -> None:
+    links = nav_links(page(site, "ar/quickstart"))
+    english_links = nav_links(page(site, "quickstart"))
+    assert len(links) == len(english_links) > 10
+    for href, title in links:
+        target = posixpath.normpath(posixpath.join("ar/quickstart", href))
+        assert target == "ar" or target.startswith("ar/"), f"{title}: {href} leaves the Arabic site"
+        source = REPO / "docs" / (target + ".md")
+        translated = source.is_file() or (REPO / "docs" / target / "index.md").is_file()
+        assert translated != title.endswith(UNTRANSLATED_MARK), (title, href)
+        if not re.fullmatch(r"\w+Kwargs", title.removesuffix(UNTRANSLATED_MARK).strip()):
+            assert re.search(r"[\u0600-\u06ff]", title), f"nav title {title!r} has no Arabic"
+    assert all(UNTRANSLATED_MARK not in title for _, title in english_links)
+
+
+def test_an_untranslated_page_says_so_in_arabic_and_keeps_its_english_left_to_right(
+    site: Path,
+) -> None:
+    html = page(site, "ar/configuration")
+    assert '<html lang="ar" dir="rtl"' in html
+    assert "<title>التكوين (بالإنجليزية) - accelkw</title>" in html
+    note = html.index('class="admonition note untranslated"')
+    body = html.index('<div lang="en" dir="ltr">')
+    assert note < body < html.index('<h1 id="configuration">')
+    assert "untranslated" not in page(site, "ar/quickstart")
 
 
 def test_every_cli_command_and_option_is_in_the_cli_page(site: Path) -> None:
