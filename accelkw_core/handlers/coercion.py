@@ -11,6 +11,7 @@ import enum
 import importlib
 import json
 import re
+import sys
 import types
 import typing
 from collections.abc import Callable, Mapping
@@ -114,6 +115,7 @@ def coerce(value: Any, tp: Any, strings: bool, trusted: bool, imp: bool) -> Any:
     """
     if tp is Any or tp is object:
         return value
+    value = _from_numpy(value)
     if tp is type(None) or tp is None:
         if value is None or (
             strings and isinstance(value, str) and value.lower() in ("none", "null")
@@ -167,6 +169,25 @@ def coerce(value: Any, tp: Any, strings: bool, trusted: bool, imp: bool) -> Any:
         if isinstance(value, tp):
             return value
         raise Mismatch(f"an instance of {tp.__name__}")
+    return value
+
+
+def _from_numpy(value: Any) -> Any:
+    """A NumPy scalar as the Python number torch would read from it; anything else unchanged.
+
+    ``np.bool_`` becomes ``bool``, ``np.integer`` ``int`` and ``np.floating`` ``float``, so the
+    usual rules then apply (an ``np.float32`` is refused where an ``int`` is declared, as a
+    ``float`` is). NumPy is never imported here: a NumPy scalar means NumPy is loaded already.
+    """
+    np = sys.modules.get("numpy")
+    if np is None or not isinstance(value, np.generic) or isinstance(value, float | int):
+        return value  # np.float64 and np.int_-like subclasses: the float and int rules apply
+    if isinstance(value, np.bool_):
+        return bool(value)
+    if isinstance(value, np.integer):
+        return int(value)
+    if isinstance(value, np.floating):
+        return float(value)
     return value
 
 
@@ -274,9 +295,9 @@ def _coerce_list(
             raise Mismatch(
                 err.expected, f"[{i}]{err.path}", err.value if err.path else item
             ) from None
-    if kind is tuple and isinstance(value, tuple):
-        return tuple(out)
-    return out if out != list(value) or type(value) is not list else value
+    if all(a is b for a, b in zip(out, value, strict=True)):
+        return value  # nothing converted: the caller's own list or tuple, as Accelerate keeps it
+    return tuple(out) if isinstance(value, tuple) else out
 
 
 def _parse_text_list(text: str) -> Any:
