@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import copy
 import dataclasses
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any, ClassVar, Self
@@ -71,15 +72,21 @@ class KwargsHandler:
     def check_values(self) -> None:
         """Cross-field checks a handler adds; raise ``ConfigError``. Called after construction."""
 
+    def to_dict(self) -> dict[str, Any]:
+        """Every field and its value, in declaration order, as a deep copy (Accelerate's).
+
+        Changing the result never changes the handler.
+        """
+        return copy.deepcopy(self.field_values())
+
     def to_kwargs(self) -> dict[str, Any]:
-        """The fields whose values differ from a default-constructed instance of this class."""
-        defaults = _defaults(type(self))
-        out: dict[str, Any] = {}
-        for name, default in defaults.items():
-            value = getattr(self, name)
-            if value != default:
-                out[name] = value
-        return out
+        """The fields whose values differ from a default-constructed instance, deep-copied.
+
+        Accelerate's semantics: containers are copies, so changing the result never changes the
+        handler, and a tuple stays a tuple. Only the differing values are copied, which gives
+        the same result as copying everything first.
+        """
+        return copy.deepcopy(_differing(self))
 
     def explicit_fields(self) -> frozenset[str]:
         """Names of the fields the caller set: passed to the constructor or changed since."""
@@ -138,6 +145,17 @@ def _init_field_names(cls: type) -> tuple[str, ...]:
         names = tuple(f.name for f in dataclasses.fields(cls) if f.init)
         _FIELD_NAMES[cls] = names
     return names
+
+
+def _differing(handler: KwargsHandler) -> dict[str, Any]:
+    """The fields of ``handler`` whose values differ from the defaults, uncopied."""
+    defaults = _defaults(type(handler))
+    out: dict[str, Any] = {}
+    for name, default in defaults.items():
+        value = getattr(handler, name)
+        if value != default:
+            out[name] = value
+    return out
 
 
 def _defaults(cls: type) -> dict[str, Any]:
