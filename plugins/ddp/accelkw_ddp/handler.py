@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import builtins
 import enum
 import inspect
+from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, ClassVar, Literal
 
@@ -35,7 +37,21 @@ DDP_FIELDS = (
 COMM_FIELDS = ("comm_hook", "comm_wrapper", "comm_state_option")
 
 
-class DDPCommunicationHookType(enum.StrEnum):
+class _ContainsByValue(enum.EnumMeta):
+    """``"fp16" in DDPCommunicationHookType``: membership by value, as Accelerate's enums have.
+
+    Python 3.11's ``in`` raises ``TypeError`` for anything but a member; 3.12 accepts values.
+    """
+
+    def __contains__(cls, item: object) -> bool:
+        try:
+            cls(item)
+        except ValueError:
+            return False
+        return True
+
+
+class DDPCommunicationHookType(enum.StrEnum, metaclass=_ContainsByValue):
     """The DDP communication hooks (reference values; a member compares equal to its string)."""
 
     NO = "no"
@@ -43,6 +59,11 @@ class DDPCommunicationHookType(enum.StrEnum):
     BF16 = "bf16"
     POWER_SGD = "power_sgd"
     BATCHED_POWER_SGD = "batched_power_sgd"
+
+    @classmethod
+    def list(cls) -> builtins.list[str]:
+        """Every value, in declaration order: ``['no', 'fp16', 'bf16', ...]`` (Accelerate's)."""
+        return [str(member) for member in cls]
 
 
 _NO = DDPCommunicationHookType.NO
@@ -245,3 +266,21 @@ class DistributedDataParallelKwargs(KwargsHandler):
                 )
             kwargs[field_name] = value
         return kwargs, notes
+
+    # -- Accelerate's API: to_dict() and register_comm_hook(model) -----------------------------
+
+    def to_dict(self, ignore_keys: Iterable[str] = COMM_FIELDS) -> dict[str, Any]:
+        """Every field but ``ignore_keys`` (by default the comm_* fields, as Accelerate's)."""
+        ignored = frozenset(ignore_keys)
+        return {k: v for k, v in super().to_dict().items() if k not in ignored}
+
+    def register_comm_hook(self, model: Any) -> None:
+        """Register the configured hook on a ``DistributedDataParallel`` ``model`` (Accelerate's).
+
+        ``comm_hook`` ``'no'`` registers nothing. A hook this torch or machine cannot run is a
+        ``ConfigError`` here, not a failure inside the first backward pass; PowerSGD hooks get
+        a fresh ``PowerSGDState(None, **comm_state_option)``.
+        """
+        hook = self.comm_hook_plan()
+        if hook is not None:
+            hook.register(model)
