@@ -231,7 +231,10 @@ def test_the_arabic_navigation_lists_arabic_pages_and_marks_english_ones(site: P
         translated = source.is_file() or (REPO / "docs" / target / "index.md").is_file()
         assert translated != title.endswith(UNTRANSLATED_MARK), (title, href)
         if not re.fullmatch(r"\w+Kwargs", title.removesuffix(UNTRANSLATED_MARK).strip()):
-            assert re.search(r"[\u0600-\u06ff]", title), f"nav title {title!r} has no Arabic"
+            assert re.search(r"[\u0600-\u06ff]", title), (
+                f"nav title {title!r} is not Arabic: give its English title an Arabic one under "
+                "nav_translations of the 'ar' language in mkdocs.yml"
+            )
     assert all(UNTRANSLATED_MARK not in title for _, title in english_links)
 
 
