@@ -32,14 +32,14 @@ from typing import Any
 
 import refgen  # docs/refgen.py: MkDocs puts this folder on sys.path while loading hooks
 from mkdocs.exceptions import PluginError
-from mkdocs.plugins import event_priority
 
 MARKER = re.compile(r"<!--\s*([a-z]+)\s*(?::\s*(.*?))?\s*-->", re.S)
 KINDS = {"fields", "handler", "docstring", "handlers", "cli", "hooks"}
 DEFAULT_LANG = "en"
 RTL_LANGS = {"ar"}
 
-# Shown on a page that the site's language has no translation of yet: (title, text).
+# Shown on a page that the site's language has no translation of yet: (title, text). Its keys
+# are the translated languages, each with its pages in docs/<language>/.
 UNTRANSLATED = {
     "ar": (
         "لم تُترجم هذه الصفحة بعد",
@@ -147,7 +147,6 @@ def on_page_context(context: Any, page: Any, config: Any, **kwargs: Any) -> Any:
     return context
 
 
-@event_priority(-100)  # after the theme and the i18n plugin have rendered the page
 def on_post_page(output: str, page: Any, config: Any, **kwargs: Any) -> str:
     """``<html lang dir>`` for the site's language: right to left is set on the root element."""
     lang = _site_lang(config)
