@@ -14,6 +14,7 @@ __all__ = [
     "ConfigFileError",
     "ConfigWarning",
     "HandlerApplyError",
+    "IncompatiblePluginWarning",
     "MissingPluginWarning",
     "PluginError",
     "RequirementError",
@@ -168,3 +169,7 @@ class ConfigWarning(UserWarning):
     """A setting that is probably a mistake but does not stop a run: an ``ACCELKW_*`` variable
     that nothing reads, or a name in a plugin allow/deny list that no installed plugin has.
     ``accelkw config check --strict`` and ``accelkw plugins list --strict`` make these errors."""
+
+
+class IncompatiblePluginWarning(UserWarning):
+    """An installed plugin was left out of a run: its distribution excludes the installed core."""

@@ -7,7 +7,7 @@ import os
 import subprocess
 import sys
 import textwrap
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -23,8 +23,12 @@ def write_dist(
     entry_points: Mapping[str, str],
     modules: Mapping[str, str] = {},
     version: str = "1.0.0",
+    requires: Sequence[str] = (),
 ) -> None:
-    """Write a distribution as pip would install it: modules plus a ``*.dist-info`` folder."""
+    """Write a distribution as pip would install it: modules plus a ``*.dist-info`` folder.
+
+    ``requires`` are its ``Requires-Dist`` lines (``"accelkw-core>=0.2,<0.3"``).
+    """
     site.mkdir(parents=True, exist_ok=True)
     for rel, source in modules.items():
         path = site / rel
@@ -34,6 +38,7 @@ def write_dist(
     info.mkdir()
     info.joinpath("METADATA").write_text(
         f"Metadata-Version: 2.1\nName: {dist}\nVersion: {version}\n"
+        + "".join(f"Requires-Dist: {req}\n" for req in requires)
     )
     eps = "[accelkw]\n" + "".join(f"{k} = {v}\n" for k, v in entry_points.items())
     info.joinpath("entry_points.txt").write_text(eps)

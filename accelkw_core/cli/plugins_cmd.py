@@ -21,8 +21,8 @@ def add_parser(sub: Any) -> None:
     lst.add_argument(
         "--strict",
         action="store_true",
-        help="exit 1 when any plugin failed or conflicts, or ACCELKW_PLUGINS / "
-        "ACCELKW_DISABLE_PLUGINS name a plugin that is not installed",
+        help="exit 1 when any plugin failed, conflicts or is incompatible with this core, "
+        "or ACCELKW_PLUGINS / ACCELKW_DISABLE_PLUGINS name a plugin that is not installed",
     )
     lst.set_defaults(func=cmd_list)
 
@@ -77,6 +77,21 @@ def plugin_json(record: Any) -> dict[str, Any]:
         "entry_point": record.entry_point,
         "load_ms": round(record.load_ms, 3),
         "handlers": handlers,
+        "compat": _compat_json(record),
+    }
+
+
+def _compat_json(record: Any) -> dict[str, Any] | None:
+    """What the distribution says of the core, next to the core that runs; ``None`` in code."""
+    if record.distribution is None:
+        return None
+    from accelkw_core._version import __version__
+
+    return {
+        "core_range": record.core_range,
+        "core_version": __version__,
+        "fix": record.fix,
+        "note": record.note,
     }
 
 
@@ -87,7 +102,7 @@ def cmd_list(args: argparse.Namespace) -> int:
     registry = get_registry()
     with config_warnings() as typos:  # ACCELKW_PLUGINS / ACCELKW_DISABLE_PLUGINS naming no plugin
         records = registry.plugins()
-    bad = [r for r in records if r.status in ("failed", "conflict")]
+    bad = [r for r in records if r.status in ("failed", "conflict", "incompatible")]
     if args.json:
         print_json([plugin_json(r) for r in records])
     else:
@@ -119,8 +134,19 @@ def cmd_list(args: argparse.Namespace) -> int:
 
 def cmd_show(args: argparse.Namespace) -> int:
     from accelkw_core.discovery.registry import get_registry
+    from accelkw_core.errors import PluginError, UnknownHandlerError
 
-    info = get_registry().get(args.name)
+    registry = get_registry()
+    try:
+        info = registry.get(args.name)
+    except UnknownHandlerError:
+        # Not imported, so its handlers are unknown: the plugin's own name is all there is.
+        for stale in registry.incompatible():
+            if stale.name == args.name:
+                raise PluginError(stale.name, stale.distribution, stale.reason) from None
+        raise
+    record = next((r for r in registry.plugins() if r.name == info.plugin), None)
+    note = record.note if record is not None else None
     cls = info.cls
     fields = handler_fields(cls)
     data: dict[str, Any] = {
@@ -132,6 +158,8 @@ def cmd_show(args: argparse.Namespace) -> int:
         "after": list(cls.after),
         "doc": (cls.__doc__ or "").strip(),
         "fields": fields,
+        "core_range": record.core_range if record is not None else None,
+        "note": note,
     }
     if args.json:
         print_json(data)
@@ -142,6 +170,10 @@ def cmd_show(args: argparse.Namespace) -> int:
     )
     if cls.after:
         print(f"  applied after: {', '.join(cls.after)}")
+    if record is not None and record.core_range:
+        print(f"  built for accelkw-core{record.core_range}")
+    if note:
+        print(f"  note: {note}")
     if data["doc"]:
         print()
         for line in str(data["doc"]).splitlines():

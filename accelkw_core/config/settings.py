@@ -137,6 +137,8 @@ def resolve_settings(
             var = next(iter(fields.values()))[0]
             attempt(_unknown, name, sorted(known), f"environment variable {var}", var)
     attempt(_disabled, out, cfg, installed, code)
+    # A plugin built for another core was never imported: say so once, naming it, not mid-run.
+    registry.warn_incompatible(skip=out.disabled, stacklevel=3)
 
     for name in sorted(known):
         cls = type(code[name]) if name in code else installed[name].cls

@@ -5,7 +5,9 @@ every installed distribution: most of what ``accelkw plugins list`` costs before
 In the spirit of stevedore's cache, the result of a scan is kept in a file together with a
 *stamp* of everything the scan reads: the interpreter, and for each ``sys.path`` entry that holds
 distributions, in order, every ``*.dist-info``/``*.egg-info`` in it with the modification time
-and size of its ``entry_points.txt`` and of its metadata file. The next start
+and size of its ``entry_points.txt`` and of its metadata file, and the core's version. Each
+entry point is stored with its distribution's range on ``accelkw-core`` and the compatibility
+verdict (:mod:`accelkw_core.discovery.compat`), so a warm start parses no metadata. The next start
 rebuilds the stamp (directory listings and a few ``stat`` calls) and, when it is identical, uses
 the stored entry points; installing, upgrading or removing a distribution changes the stamp, so
 the scan runs again. The stamp is taken before the scan, so a change made during a scan is caught
@@ -31,7 +33,7 @@ from typing import Any
 __all__ = ["ENV_NO_CACHE", "EntryPointInfo", "cache_dir", "entry_points", "scan", "stamp_of"]
 
 ENV_NO_CACHE = "ACCELKW_NO_CACHE"
-FORMAT = 1
+FORMAT = 2  # 2: rows carry the core range and the compatibility verdict
 
 # The syntax importlib_metadata accepts: "module", "package.module:object.attribute [extras]".
 _VALUE = re.compile(r"(?P<module>[\w.]+)\s*(:\s*(?P<attr>[\w.]+)\s*)?((?P<extras>\[.*\])\s*)?$")
@@ -39,22 +41,36 @@ _DIST_INFO = re.compile(r"^(?P<name>[^-]+)-(?P<version>[^-]+)\.dist-info$")
 
 
 class EntryPointInfo:
-    """One entry point: its name, its ``module:attribute`` value, and the distribution behind it."""
+    """One entry point: its name, its ``module:attribute`` value, and the distribution behind it.
 
-    __slots__ = ("distribution", "name", "value", "version")
+    ``core_range`` is the distribution's requirement on ``accelkw-core`` (``None``: it names no
+    core; ``""``: no range) and ``verdict`` what :func:`accelkw_core.discovery.compat.verdict`
+    made of it for the running core (``None``: not checked, no distribution).
+    """
+
+    __slots__ = ("core_range", "distribution", "name", "value", "verdict", "version")
 
     def __init__(
-        self, name: str, value: str, distribution: str | None, version: str | None
+        self,
+        name: str,
+        value: str,
+        distribution: str | None,
+        version: str | None,
+        core_range: str | None = None,
+        verdict: str | None = None,
     ) -> None:
         self.name = name
         self.value = value
         self.distribution = distribution
         self.version = version
+        self.core_range = core_range
+        self.verdict = verdict
 
     def __repr__(self) -> str:
         return (
             f"EntryPointInfo(name={self.name!r}, value={self.value!r}, "
-            f"distribution={self.distribution!r}, version={self.version!r})"
+            f"distribution={self.distribution!r}, version={self.version!r}, "
+            f"core_range={self.core_range!r}, verdict={self.verdict!r})"
         )
 
     def __eq__(self, other: object) -> bool:
@@ -76,7 +92,14 @@ class EntryPointInfo:
         return functools.reduce(getattr, attrs, module)
 
     def _row(self) -> list[str | None]:
-        return [self.name, self.value, self.distribution, self.version]
+        return [
+            self.name,
+            self.value,
+            self.distribution,
+            self.version,
+            self.core_range,
+            self.verdict,
+        ]
 
 
 def cache_dir(env: Mapping[str, str] | None = None) -> str | None:
@@ -111,13 +134,28 @@ def entry_points(group: str, cache_folder: str | None) -> list[EntryPointInfo]:
 
 
 def scan(group: str) -> list[EntryPointInfo]:
-    """Read the entry points of ``group`` from the installed distributions' metadata."""
+    """Read the entry points of ``group`` from the installed distributions' metadata.
+
+    Each comes with its distribution's range on ``accelkw-core`` and the verdict for the running
+    core (see :mod:`accelkw_core.discovery.compat`); the metadata of each distribution is read
+    once, however many entry points it has.
+    """
     import importlib_metadata
 
-    return [
-        EntryPointInfo(ep.name, ep.value, *_dist_identity(getattr(ep, "dist", None)))
-        for ep in importlib_metadata.entry_points(group=group)
-    ]
+    from accelkw_core._version import __version__
+    from accelkw_core.discovery import compat
+
+    found: list[EntryPointInfo] = []
+    ranges: dict[int, tuple[str | None, str | None]] = {}
+    seen: list[Any] = []  # keeps each distribution alive, so its id() stays its own
+    for ep in importlib_metadata.entry_points(group=group):
+        dist = getattr(ep, "dist", None)
+        if id(dist) not in ranges:
+            seen.append(dist)
+            spec = compat.core_requirement(dist)
+            ranges[id(dist)] = (spec, compat.verdict(spec, __version__) if dist else None)
+        found.append(EntryPointInfo(ep.name, ep.value, *_dist_identity(dist), *ranges[id(dist)]))
+    return found
 
 
 def stamp_of(group: str) -> list[Any] | None:
@@ -129,7 +167,11 @@ def stamp_of(group: str) -> list[Any] | None:
     for finder in sys.meta_path:
         if getattr(finder, "find_distributions", None) is not None and not _standard(finder):
             return None
-    stamp: list[Any] = [FORMAT, sys.executable, sys.version, group]
+    from accelkw_core._version import __version__
+
+    # The core's version: the cached verdicts were made for it (a checkout on PYTHONPATH can
+    # change it with no distribution changing).
+    stamp: list[Any] = [FORMAT, sys.executable, sys.version, group, __version__]
     for entry in sys.path:
         if not isinstance(entry, str):
             return None

@@ -17,8 +17,14 @@ from typing import Any, NamedTuple
 import pluggy
 
 from accelkw_core.config.environment import env_flag
-from accelkw_core.discovery import cache, hookspecs
-from accelkw_core.errors import ConfigWarning, PluginError, UnknownHandlerError, suggest
+from accelkw_core.discovery import cache, compat, hookspecs
+from accelkw_core.errors import (
+    ConfigWarning,
+    IncompatiblePluginWarning,
+    PluginError,
+    UnknownHandlerError,
+    suggest,
+)
 from accelkw_core.handlers.base import KwargsHandler
 
 __all__ = [
@@ -36,6 +42,7 @@ ENV_DENY = "ACCELKW_DISABLE_PLUGINS"
 ENV_NO_AUTOLOAD = "ACCELKW_DISABLE_PLUGIN_AUTOLOAD"
 
 LOADED, FAILED, DISABLED, CONFLICT = "loaded", "failed", "disabled", "conflict"
+INCOMPATIBLE = "incompatible"
 _NAME = re.compile(r"^[a-z][a-z0-9_]*$")
 
 
@@ -47,12 +54,15 @@ class PluginRecord:
     """
 
     __slots__ = (
+        "core_range",
         "distribution",
         "entry_point",
         "error",
+        "fix",
         "handlers",
         "load_ms",
         "name",
+        "note",
         "plugin",
         "status",
         "version",
@@ -74,6 +84,11 @@ class PluginRecord:
         self.load_ms = 0.0
         self.handlers: list[type[KwargsHandler]] = []
         self.plugin: object | None = None
+        # The distribution's range on accelkw-core (None: it names none), the pip line that
+        # makes an incompatible plugin load, and a remark for `plugins show` (no range declared).
+        self.core_range: str | None = None
+        self.fix: str | None = None
+        self.note: str | None = None
 
     def __repr__(self) -> str:
         return (
@@ -166,6 +181,7 @@ class Registry:
         self._records: dict[str, PluginRecord] = {}
         self._handlers: dict[str, HandlerInfo] | None = None
         self._loaded = False
+        self._warned_incompatible = False
 
     # -- loading -------------------------------------------------------------------------------
 
@@ -249,6 +265,8 @@ class Registry:
             record.status = DISABLED
             record.error = {"type": "Disabled", "message": why_not}
             return
+        if not self._check_core(record, ep):
+            return
         start = time.perf_counter()
         try:
             plugin = ep.load()
@@ -258,6 +276,25 @@ class Registry:
             return
         record.load_ms = (time.perf_counter() - start) * 1000
         self._activate(record, plugin)
+
+    def _check_core(self, record: PluginRecord, ep: cache.EntryPointInfo) -> bool:
+        """Record what the distribution's metadata says of the core; ``False``: do not import."""
+        record.core_range = ep.core_range
+        if ep.verdict is None or ep.verdict == compat.OK:
+            return True
+        if ep.verdict not in compat.INCOMPATIBLE_VERDICTS:
+            record.note = compat.no_range_note(record.distribution, ep.core_range)
+            return True
+        from accelkw_core._version import __version__
+
+        spec = ep.core_range or ""
+        record.fix = compat.fix_line(record.distribution, spec, ep.verdict)
+        record.fail(
+            INCOMPATIBLE,
+            "IncompatibleCore",
+            compat.describe(record.distribution, spec, __version__, ep.verdict),
+        )
+        return False
 
     def register_plugin(self, plugin: object, name: str | None = None) -> PluginRecord:
         """Register a plugin object (a module, class or instance) directly, without entry points.
@@ -362,6 +399,32 @@ class Registry:
             if issubclass(cls, info.cls):
                 return info
         return None
+
+    def incompatible(self) -> list[PluginRecord]:
+        """The plugins left unloaded because their distribution excludes the running core."""
+        return [r for r in self.plugins() if r.status == INCOMPATIBLE]
+
+    def warn_incompatible(self, skip: Iterable[str] = (), stacklevel: int = 2) -> None:
+        """Warn once per registry, naming each incompatible plugin a run would have composed.
+
+        ``skip``: plugin names the run leaves out anyway (disabled in its settings).
+        """
+        if self._warned_incompatible:
+            return
+        left_out = [r for r in self.incompatible() if r.name not in set(skip)]
+        if not left_out:
+            return
+        self._warned_incompatible = True
+        import warnings
+
+        for record in left_out:
+            warnings.warn(
+                IncompatiblePluginWarning(
+                    f"plugin {record.name!r} was not loaded, so this run goes without it: "
+                    f"{record.reason}"
+                ),
+                stacklevel=stacklevel + 1,
+            )
 
     @property
     def hook(self) -> Any:

@@ -28,7 +28,12 @@ if TYPE_CHECKING:
 __all__ = ["PluginRequirement", "check_requirements", "parse_requirement"]
 
 _REQUIREMENT = re.compile(r"^\s*(?P<name>[A-Za-z0-9][A-Za-z0-9._-]*)\s*(?P<spec>[<>=!~].*)?$")
-_STATUS_TEXT = {"failed": "failed to load", "disabled": "is disabled", "conflict": "is in conflict"}
+_STATUS_TEXT = {
+    "failed": "failed to load",
+    "disabled": "is disabled",
+    "conflict": "is in conflict",
+    "incompatible": "is incompatible with the installed core",
+}
 EXPECTED = "a plugin name with an optional PEP 440 version range, such as 'ddp' or 'ddp>=0.1,<1'"
 
 
