@@ -2,18 +2,26 @@
 
 from __future__ import annotations
 
-import contextlib
 import dataclasses
 import functools
+from collections import OrderedDict
+from typing import ClassVar, NamedTuple
 
 import accelkw_autocast
 import accelkw_autocast.plugin
 import pytest
 import torch
 from accelkw_autocast import AutocastKwargs
+from accelkw_autocast.handler import outputs_to_fp32
 
 from accelkw_core import ConfigError, compose
-from accelkw_core.testing import apply_handler, isolated_registry, make_state, modules_loaded_by
+from accelkw_core.testing import (
+    HandlerContract,
+    apply_handler,
+    isolated_registry,
+    make_state,
+    modules_loaded_by,
+)
 
 # Accelerate's AutocastKwargs: field names, defaults and order are a public contract.
 REFERENCE_FIELDS = [("enabled", True), ("cache_enabled", None)]
@@ -29,8 +37,8 @@ def test_matmul_inside_context_runs_in_the_mixed_precision_dtype(
     mode: str, dtype: torch.dtype
 ) -> None:
     state = apply_handler(AutocastKwargs(), make_state(mixed_precision=mode))
-    assert state.autocast_factory is not None
-    with state.autocast_factory():
+    (factory,) = state.values("forward_context")
+    with factory():
         assert matmul_dtype() == dtype
     assert matmul_dtype() == torch.float32
 
@@ -69,9 +77,9 @@ def test_cache_enabled_is_passed_only_when_set() -> None:
 
 def test_mixed_precision_no_is_a_recorded_no_op() -> None:
     state = apply_handler(AutocastKwargs(), make_state(mixed_precision="no"))
-    assert state.autocast_factory is contextlib.nullcontext
-    with state.autocast_factory():
-        assert matmul_dtype() == torch.float32
+    assert state.values("forward_context") == []
+    assert state.values("forward_output") == []
+    assert matmul_dtype() == torch.float32
     (entry,) = state.log
     assert entry.message == "mixed precision 'no': autocast not used"
     assert entry.applied is False
@@ -84,19 +92,59 @@ def test_mixed_precision_no_says_which_explicit_settings_have_no_effect() -> Non
     assert "cache_enabled=True" in message
 
 
-def test_apply_records_what_it_does_and_describe_matches() -> None:
+def test_apply_records_what_it_does_and_the_plan_matches() -> None:
     handler = AutocastKwargs(cache_enabled=True)
     state = make_state(mixed_precision="fp16")
-    described = handler.describe(state)
-    assert state.log == [] and state.autocast_factory is None  # describe changes nothing
+    plan = handler.plan(state)
+    # Planning changes nothing.
+    assert state.log == [] and state.values("forward_context") == []
+    assert state.values("forward_output") == []
     apply_handler(handler, state)
-    (entry,) = state.log
-    assert entry.applied is True
-    assert entry.message == described
-    assert described == (
+    assert [e.message for e in state.log] == [s.message for s in plan.steps]
+    assert all(e.applied for e in state.log)
+    assert handler.describe(make_state(mixed_precision="fp16")) == plan.summary()
+    assert [s.point for s in plan.steps] == ["forward_context", "forward_output"]
+    assert plan.steps[0].message == (
         "torch.autocast(device_type='cpu', dtype=torch.float16, enabled=True, "
-        "cache_enabled=True) around forward passes"
+        "cache_enabled=True) around every forward of prepared models and in "
+        "accelerator.autocast()"
     )
+    assert state.values("forward_output") == [outputs_to_fp32]
+
+
+def test_disabled_autocast_says_it_is_turned_off_inside_the_context() -> None:
+    (message, _) = (
+        AutocastKwargs(enabled=False)
+        .describe(make_state(mixed_precision="bf16"))
+        .split("; prepared models")
+    )
+    assert message.endswith(
+        "enabled=False) around every forward of prepared models and in "
+        "accelerator.autocast(); autocasting explicitly turned off inside it"
+    )
+
+
+class _Pair(NamedTuple):
+    logits: torch.Tensor
+    step: int
+
+
+def test_outputs_are_converted_to_float32_through_nested_containers() -> None:
+    half = torch.ones(2, dtype=torch.float16)
+    bf = torch.ones(2, dtype=torch.bfloat16)
+    ints = torch.ones(2, dtype=torch.int64)
+    out = outputs_to_fp32(
+        {"a": half, "b": [bf, (ints, "x")], "c": _Pair(half, 3), "d": OrderedDict(e=bf)}
+    )
+    assert out["a"].dtype == torch.float32
+    assert out["b"][0].dtype == torch.float32
+    assert out["b"][1][0].dtype == torch.int64 and out["b"][1][1] == "x"
+    assert isinstance(out["b"][1], tuple)
+    assert isinstance(out["c"], _Pair) and out["c"].logits.dtype == torch.float32
+    assert out["c"].step == 3
+    assert isinstance(out["d"], OrderedDict) and out["d"]["e"].dtype == torch.float32
+    full = torch.ones(2)
+    assert outputs_to_fp32(full) is full  # float32 tensors pass through uncopied
 
 
 @pytest.mark.skipif(torch.cuda.is_available(), reason="needs a machine without CUDA")
@@ -110,7 +158,7 @@ def test_the_factory_does_no_per_call_work_beyond_torch_autocast() -> None:
     # Speed is measured by bench/bench_step.py, never timed here: this checks the structure
     # that makes it fast (everything bound once at apply time).
     state = apply_handler(AutocastKwargs(cache_enabled=False), make_state(mixed_precision="bf16"))
-    factory = state.autocast_factory
+    (factory,) = state.values("forward_context")
     assert isinstance(factory, functools.partial)
     assert factory.func is torch.autocast
     assert factory.keywords == {
@@ -189,11 +237,22 @@ def test_plugin_registers_through_an_isolated_registry() -> None:
     assert accelkw_autocast.AutocastKwargs is AutocastKwargs
 
 
-def test_compose_fills_the_autocast_slot() -> None:
+def test_compose_contributes_the_forward_context() -> None:
     registry = isolated_registry([accelkw_autocast.plugin])
     state = make_state(mixed_precision="bf16")
     (applied,) = compose(state, [], registry=registry)
     assert isinstance(applied, AutocastKwargs)
-    assert state.autocast_factory is not None
-    with state.autocast_factory():
+    (contribution,) = state.contributions("forward_context")
+    assert contribution.handler == "autocast"
+    with contribution.value():
         assert matmul_dtype() == torch.bfloat16
+
+
+class TestAutocastContract(HandlerContract):
+    handler_class = AutocastKwargs
+    plugin_module = "accelkw_autocast.plugin"
+    examples: ClassVar = (
+        {"enabled": False},
+        {"cache_enabled": True},
+        {"enabled": True, "cache_enabled": False},
+    )
