@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Callable
+from typing import Any, ClassVar
 
 import accelkw_grad_scaler
 import accelkw_grad_scaler.plugin
@@ -11,7 +13,15 @@ import torch
 from accelkw_grad_scaler import GradScalerKwargs
 
 from accelkw_core import ConfigError, compose
-from accelkw_core.testing import apply_handler, isolated_registry, make_state, modules_loaded_by
+from accelkw_core.plugin import POINTS, AcceleratorState, StepContext
+from accelkw_core.runtime.stepping import build_step
+from accelkw_core.testing import (
+    HandlerContract,
+    apply_handler,
+    isolated_registry,
+    make_state,
+    modules_loaded_by,
+)
 
 # Accelerate's GradScalerKwargs: field names, defaults and order are a public contract.
 REFERENCE_FIELDS = [
@@ -24,27 +34,38 @@ REFERENCE_FIELDS = [
 
 
 class TinyTrainer:
-    """A two-output linear model and SGD, stepped through a scaler as the runtime does."""
+    """A two-output linear model and SGD, stepped through a state's points as the runtime does.
+
+    ``accelerator.backward(loss)`` runs the ``backward`` contribution; an optimizer step runs the
+    ``around_step`` chain (built by the runtime's own :func:`build_step`).
+    """
 
     def __init__(self) -> None:
         torch.manual_seed(0)
         self.model = torch.nn.Linear(3, 2)
         self.opt = torch.optim.SGD(self.model.parameters(), lr=0.1)
+        self.steps = 0
 
-    def step(self, scaler: torch.amp.GradScaler, inf_grad: bool = False) -> bool:
-        """One scaled step; returns whether the parameters changed."""
+    def step(
+        self, state: AcceleratorState, inf_grad: bool = False, around: tuple[Any, ...] = ()
+    ) -> bool:
+        """One step through the state's points; returns whether the parameters changed."""
+        (backward,) = state.values("backward")
         self.opt.zero_grad()
         loss = self.model(torch.randn(4, 3)).pow(2).mean()
-        scaler.scale(loss).backward()
+        backward(loss)
         if inf_grad:
             grad = self.model.weight.grad
             assert grad is not None
             grad[0, 0] = float("inf")
         before = [p.detach().clone() for p in self.model.parameters()]
-        scaler.step(self.opt)
-        scaler.update()
+        context = StepContext(self.opt, None, self.steps)
+        build_step([*state.values("around_step"), *around], state.values("after_step"))(context)
+        self.steps += 1
         after = self.model.parameters()
-        return any(not torch.equal(b, p) for b, p in zip(before, after, strict=True))
+        changed = any(not torch.equal(b, p) for b, p in zip(before, after, strict=True))
+        assert context.skipped is not changed  # what after-step contributions are told
+        return changed
 
 
 @pytest.fixture
@@ -52,17 +73,18 @@ def trainer() -> TinyTrainer:
     return TinyTrainer()
 
 
-def fp16_scaler(handler: GradScalerKwargs) -> torch.amp.GradScaler:
+def fp16_state(handler: GradScalerKwargs) -> tuple[AcceleratorState, torch.amp.GradScaler]:
     state = apply_handler(handler, make_state(mixed_precision="fp16"))
-    assert isinstance(state.grad_scaler, torch.amp.GradScaler)
-    return state.grad_scaler
+    scaler = state.keyed("attribute")["scaler"]
+    assert isinstance(scaler, torch.amp.GradScaler)
+    return state, scaler
 
 
 def test_apply_creates_a_scaler_with_every_field() -> None:
     handler = GradScalerKwargs(
         init_scale=1024.0, growth_factor=3.0, backoff_factor=0.25, growth_interval=7
     )
-    scaler = fp16_scaler(handler)
+    _, scaler = fp16_state(handler)
     assert scaler.is_enabled()
     assert scaler.get_scale() == 1024.0
     assert scaler.get_growth_factor() == 3.0
@@ -73,49 +95,85 @@ def test_apply_creates_a_scaler_with_every_field() -> None:
 def test_a_step_with_an_inf_gradient_is_skipped_and_the_scale_backs_off(
     trainer: TinyTrainer,
 ) -> None:
-    scaler = fp16_scaler(GradScalerKwargs(init_scale=1024.0, backoff_factor=0.25))
-    assert trainer.step(scaler, inf_grad=True) is False
+    state, scaler = fp16_state(GradScalerKwargs(init_scale=1024.0, backoff_factor=0.25))
+    assert trainer.step(state, inf_grad=True) is False
     assert scaler.get_scale() == 1024.0 * 0.25
-    assert trainer.step(scaler) is True  # a clean step after it updates the parameters again
+    assert trainer.step(state) is True  # a clean step after it updates the parameters again
+
+
+def test_the_backward_contribution_scales_the_loss() -> None:
+    state, scaler = fp16_state(GradScalerKwargs(init_scale=1024.0))
+    (backward,) = state.values("backward")
+    x = torch.tensor(3.0, requires_grad=True)
+    backward(x * 2.0)
+    assert x.grad is not None and x.grad.item() == 2.0 * 1024.0
+    assert scaler.get_scale() == 1024.0
+
+
+def test_inner_around_step_contributions_see_unscaled_gradients_and_skip_with_the_scaler(
+    trainer: TinyTrainer,
+) -> None:
+    # What a gradient-clipping handler composed after grad-scaler relies on.
+    state, _ = fp16_state(GradScalerKwargs(init_scale=1024.0))
+    seen: list[torch.Tensor] = []
+
+    def inner(step: StepContext, proceed: Callable[[], Any]) -> Any:
+        grad = trainer.model.weight.grad
+        assert grad is not None
+        seen.append(grad.detach().clone())
+        return proceed()
+
+    assert trainer.step(state, inf_grad=True, around=(inner,)) is False
+    assert seen == []  # the scaler skipped the step: nothing inside it ran
+    # The gradients of the same loss, unscaled, by hand.
+    reference = torch.nn.Linear(3, 2)
+    reference.load_state_dict(trainer.model.state_dict())
+    torch.manual_seed(1)
+    reference(torch.randn(4, 3)).pow(2).mean().backward()
+    torch.manual_seed(1)
+    assert trainer.step(state, around=(inner,)) is True
+    (grad,) = seen
+    torch.testing.assert_close(grad, reference.weight.grad)
 
 
 def test_the_scale_grows_after_growth_interval_clean_steps(trainer: TinyTrainer) -> None:
-    scaler = fp16_scaler(GradScalerKwargs(init_scale=8.0, growth_factor=4.0, growth_interval=3))
+    state, scaler = fp16_state(
+        GradScalerKwargs(init_scale=8.0, growth_factor=4.0, growth_interval=3)
+    )
     for _ in range(2):
-        assert trainer.step(scaler) is True
+        assert trainer.step(state) is True
         assert scaler.get_scale() == 8.0
-    assert trainer.step(scaler) is True
+    assert trainer.step(state) is True
     assert scaler.get_scale() == 32.0
 
 
 def test_an_inf_step_resets_the_growth_count(trainer: TinyTrainer) -> None:
-    scaler = fp16_scaler(GradScalerKwargs(init_scale=8.0, growth_interval=2))
-    trainer.step(scaler)
-    trainer.step(scaler, inf_grad=True)
+    state, scaler = fp16_state(GradScalerKwargs(init_scale=8.0, growth_interval=2))
+    trainer.step(state)
+    trainer.step(state, inf_grad=True)
     assert scaler.get_scale() == 4.0
-    trainer.step(scaler)
+    trainer.step(state)
     assert scaler.get_scale() == 4.0
-    trainer.step(scaler)
+    trainer.step(state)
     assert scaler.get_scale() == 8.0
 
 
 def test_disabled_sets_a_pass_through_scaler_and_says_so(trainer: TinyTrainer) -> None:
-    state = apply_handler(GradScalerKwargs(enabled=False), make_state(mixed_precision="fp16"))
-    scaler = state.grad_scaler
-    assert isinstance(scaler, torch.amp.GradScaler)
+    state, scaler = fp16_state(GradScalerKwargs(enabled=False))
     assert not scaler.is_enabled()
     loss = torch.tensor(2.0)
     assert scaler.scale(loss) is loss
-    assert trainer.step(scaler) is True
-    (entry,) = state.log
+    assert trainer.step(state) is True
+    entry = state.log[0]
     assert "scaling is disabled" in entry.message
-    assert entry.applied is True
+    assert all(e.applied for e in state.log)
 
 
 @pytest.mark.parametrize("mode", ["bf16", "no"])
 def test_no_scaler_without_fp16_and_the_log_says_why(mode: str) -> None:
     state = apply_handler(GradScalerKwargs(), make_state(mixed_precision=mode))
-    assert state.grad_scaler is None
+    assert {p: state.contributions(p) for p in POINTS} == {p: [] for p in POINTS}
+    assert state.capabilities == {}
     (entry,) = state.log
     assert entry.applied is False
     assert entry.message == (
@@ -129,17 +187,40 @@ def test_explicit_settings_without_fp16_are_named_as_unused() -> None:
     assert message.endswith("init_scale=65536.0 has no effect")
 
 
-def test_describe_matches_apply_and_creates_nothing() -> None:
+def test_the_plan_matches_apply_and_planning_contributes_nothing() -> None:
     handler = GradScalerKwargs(backoff_factor=0.25)
     state = make_state(mixed_precision="fp16")
-    text = handler.describe(state)
-    assert state.grad_scaler is None and state.log == []
+    plan = handler.plan(state)
+    assert {p: state.contributions(p) for p in POINTS} == {p: [] for p in POINTS}
+    assert state.log == [] and state.capabilities == {}
     apply_handler(handler, state)
-    assert state.messages("grad_scaler") == [text]
-    assert text == (
+    assert state.messages("grad_scaler") == [s.message for s in plan.steps]
+    assert handler.describe(make_state(mixed_precision="fp16")) == plan.summary()
+    assert plan.steps[0].message == (
         "torch.amp.GradScaler('cpu', init_scale=65536, growth_factor=2, backoff_factor=0.25, "
         "growth_interval=2000)"
     )
+    assert [(s.point, s.key) for s in plan.steps] == [
+        ("backward", None),
+        ("around_step", None),
+        ("checkpoint", None),
+        ("attribute", "scaler"),
+    ]
+    # One scaler behind every contribution: the one saved is the one that steps.
+    scaler = state.keyed("attribute")["scaler"]
+    assert state.keyed("checkpoint") == {"grad_scaler": scaler}
+    assert state.capabilities == {"loss_scaling": "grad_scaler"}
+
+
+def test_the_checkpoint_contribution_saves_and_restores_the_scale(trainer: TinyTrainer) -> None:
+    state, scaler = fp16_state(GradScalerKwargs(init_scale=8.0, growth_interval=1))
+    trainer.step(state)
+    (saved,) = state.keyed("checkpoint").values()
+    snapshot = saved.state_dict()
+    assert snapshot["scale"] == 16.0
+    other, fresh = fp16_state(GradScalerKwargs(init_scale=8.0, growth_interval=1))
+    other.keyed("checkpoint")["grad_scaler"].load_state_dict(snapshot)
+    assert fresh.get_scale() == scaler.get_scale() == 16.0
 
 
 def test_fields_defaults_and_order_match_the_reference() -> None:
@@ -212,4 +293,16 @@ def test_compose_fills_the_grad_scaler_slot() -> None:
     state = make_state(mixed_precision="fp16")
     (applied,) = compose(state, [GradScalerKwargs(growth_interval=5)], registry=registry)
     assert isinstance(applied, GradScalerKwargs)
-    assert state.grad_scaler.get_growth_interval() == 5
+    assert state.keyed("attribute")["scaler"].get_growth_interval() == 5
+    (backward,) = state.contributions("backward")
+    assert backward.handler == "grad_scaler"
+
+
+class TestGradScalerContract(HandlerContract):
+    handler_class = GradScalerKwargs
+    plugin_module = "accelkw_grad_scaler.plugin"
+    examples: ClassVar = (
+        {"enabled": False},
+        {"init_scale": 1024.0, "growth_factor": 3.0, "backoff_factor": 0.25},
+        {"growth_interval": 7, "init_scale": 65536.0},
+    )
