@@ -124,7 +124,7 @@ def test_requirement_read_from_the_metadata_headers_only() -> None:
         "Requires-Dist: accelkw-core<0.1; python_version < '3'\n"
         "\nRequires-Dist: accelkw-core<0.0.1 (the description, not a header)\n"
     )
-    assert compat.core_requirement(FakeDist(METADATA=metadata)) == "<0.3,>=0.2"
+    assert compat.core_requirement(FakeDist(METADATA=metadata)) == ">=0.2,<0.3"
     no_core = "Metadata-Version: 2.1\nName: acme-x\nRequires-Dist: torch\n"
     assert compat.core_requirement(FakeDist(METADATA=no_core)) is None
     unbounded = "Metadata-Version: 2.1\nName: acme-x\nRequires-Dist: accelkw-core\n"
@@ -133,7 +133,7 @@ def test_requirement_read_from_the_metadata_headers_only() -> None:
 
 def test_requirement_read_from_an_egg_info_requires_txt() -> None:
     requires = "torch>=2.1\naccelkw-core>=0.2,<0.3\n\n[dev]\naccelkw-core<0.1\n"
-    assert compat.core_requirement(FakeDist(requires_txt=requires)) == "<0.3,>=0.2"
+    assert compat.core_requirement(FakeDist(requires_txt=requires)) == ">=0.2,<0.3"
 
 
 # -- status, listing, strict -------------------------------------------------------------------
@@ -164,7 +164,7 @@ def test_incompatible_plugin_is_listed_with_its_range_and_fix_and_never_imported
     assert "pip install -U acme-stale" in message
     assert f'pip install "accelkw-core{OLD_RANGE}"' in message
     assert plugins["fresh"]["status"] == "loaded"
-    assert plugins["fresh"]["compat"]["core_range"] == f"<{NEXT},>={THIS}"
+    assert plugins["fresh"]["compat"]["core_range"] == f">={THIS},<{NEXT}"
     assert "plugin 'stale' incompatible" in stderr
 
     table = run_accelkw(["plugins", "list"], site=site)
@@ -230,7 +230,7 @@ def test_no_range_loads_with_a_note_in_show(site: Path) -> None:
 
     fresh(site)
     shown = run_accelkw(["plugins", "show", "fresh"], site=site).stdout
-    assert f"built for accelkw-core<{NEXT},>={THIS}" in shown and "note:" not in shown
+    assert f"built for accelkw-core>={THIS},<{NEXT}" in shown and "note:" not in shown
 
 
 def test_a_required_incompatible_plugin_says_why(site: Path, tmp_path: Path) -> None:

@@ -239,7 +239,7 @@ def test_example_plugin_installs_lists_composes_and_uninstalls(venv: Venv, tmp_p
     seed = listed["seed"]
     assert (seed["distribution"], seed["version"], seed["status"]) == (
         "accelkw-seed",
-        "0.1.0",
+        "0.2.0",
         "loaded",
     )
     assert [h["name"] for h in seed["handlers"]] == ["seed"]

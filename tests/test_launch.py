@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from accelkw_core.cli.launch_cmd import PASSTHROUGH, build_command
+from accelkw_core.cli.launch_cmd import PASSTHROUGH, WORKER, build_command
 from accelkw_core.errors import ConfigFileError
 
 TIMEOUT = 180
@@ -30,8 +30,11 @@ def launch_args(**given: object) -> argparse.Namespace:
     return ns
 
 
-def accelkw(*args: str, cwd: Path, **kw: object) -> subprocess.CompletedProcess[str]:
+def accelkw(
+    *args: str, cwd: Path, extra_env: dict[str, str] | None = None, **kw: object
+) -> subprocess.CompletedProcess[str]:
     env = {k: v for k, v in os.environ.items() if not k.startswith("ACCELKW_")}
+    env.update(extra_env or {})
     return subprocess.run(
         [sys.executable, "-m", "accelkw_core", *args],
         cwd=cwd,
@@ -54,9 +57,9 @@ def script(tmp_path: Path, name: str, body: str) -> Path:
 
 def test_one_process_and_no_option_runs_the_script_directly() -> None:
     cmd, _ = build_command(launch_args(), "train.py", ["--lr", "1"])
-    assert cmd == [sys.executable, "train.py", "--lr", "1"]
+    assert cmd == [sys.executable, "-m", WORKER, "train.py", "--lr", "1"]
     cmd, _ = build_command(launch_args(nproc_per_node="1"), "pkg.train", [], module=True)
-    assert cmd == [sys.executable, "-m", "pkg.train"]
+    assert cmd == [sys.executable, "-m", WORKER, "--module", "pkg.train"]
 
 
 def test_several_processes_go_through_torchrun_on_a_free_local_port() -> None:
@@ -64,7 +67,8 @@ def test_several_processes_go_through_torchrun_on_a_free_local_port() -> None:
     assert cmd[:5] == [sys.executable, "-m", "accelkw_core.cli.torchrun", "--nproc-per-node", "2"]
     assert cmd[cmd.index("--master-addr") + 1] == "127.0.0.1"
     assert int(cmd[cmd.index("--master-port") + 1]) > 0
-    assert cmd[-2:] == ["train.py", "-x"]
+    # Each worker starts through accelkw_core.cli.worker, which runs the script.
+    assert cmd[-4:] == ["--module", WORKER, "train.py", "-x"]
 
 
 def test_multi_node_options_pass_through_unchanged() -> None:
@@ -93,6 +97,8 @@ def test_multi_node_options_pass_through_unchanged() -> None:
         "job7",
         "--max-restarts",
         "3",
+        "--module",
+        WORKER,
         "--module",
         "train.py",
     ]
@@ -173,8 +179,10 @@ def test_a_signal_to_launch_stops_every_worker(tmp_path: Path, signum: int) -> N
         "sleep.py",
         """
         import os, time
-        with open(f"pid{os.environ['RANK']}", "w") as fh:
+        rank = os.environ['RANK']
+        with open(f"pid{rank}.tmp", "w") as fh:
             fh.write(str(os.getpid()))
+        os.replace(f"pid{rank}.tmp", f"pid{rank}")  # complete when it appears
         time.sleep(120)
         """,
     )
@@ -192,7 +200,6 @@ def test_a_signal_to_launch_stops_every_worker(tmp_path: Path, signum: int) -> N
             assert time.monotonic() < deadline, "workers did not start"
             assert proc.poll() is None, proc.communicate()
             time.sleep(0.2)
-        time.sleep(0.3)  # let both pid files be written in full
         pids = [int((tmp_path / f"pid{r}").read_text()) for r in (0, 1)]
         proc.send_signal(signum)
         code = proc.wait(timeout=60)
@@ -238,13 +245,10 @@ with Accelerator(cpu=True) as acc:
 
 @pytest.mark.multiprocess
 def test_two_process_training_matches_a_single_process_full_batch_run(tmp_path: Path) -> None:
-    pytest.importorskip(
-        "accelkw_ddp", reason="needs the accelkw-ddp plugin (pip install accelkw-ddp)"
-    )
-    pytest.importorskip(
-        "accelkw_process_group",
-        reason="needs the accelkw-process-group plugin (pip install accelkw-process-group)",
-    )
+    # An integration test: it needs the built-ins, and a broken install fails it, never skips.
+    import accelkw_ddp  # noqa: F401
+    import accelkw_process_group  # noqa: F401
+
     script(tmp_path, "train.py", TRAIN)
     two = accelkw("launch", "--nproc-per-node", "2", "train.py", str(tmp_path), "16", cwd=tmp_path)
     assert two.returncode == 0, two.stderr[-3000:]
@@ -271,3 +275,203 @@ def _initial(tmp_path: Path) -> list[list[float]]:
     torch.manual_seed(0)
     model = torch.nn.Sequential(torch.nn.Linear(4, 8), torch.nn.Tanh(), torch.nn.Linear(8, 1))
     return [p.detach().reshape(-1).tolist() for p in model.parameters()]
+
+
+# -- checked before any worker starts ----------------------------------------------------------
+
+MARKER = """
+import os
+open(f"started{os.environ.get('RANK', '0')}", "w").close()
+"""
+
+
+@pytest.mark.parametrize(
+    ("option", "value", "expected"),
+    [
+        ("--nproc-per-node", "0", "an integer >= 1, or one of 'auto', 'cpu', 'gpu', 'xpu'"),
+        ("--nproc-per-node", "-1", "an integer >= 1, or one of 'auto', 'cpu', 'gpu', 'xpu'"),
+        ("--nproc-per-node", "abc", "an integer >= 1, or one of 'auto', 'cpu', 'gpu', 'xpu'"),
+        ("--master-port", "99999", "an integer from 1 to 65535"),
+        ("--max-restarts", "-1", "an integer >= 0"),
+        ("--nnodes", "2:1", "MIN:MAX with MIN <= MAX"),
+    ],
+)
+def test_a_bad_option_is_one_line_and_exit_1_before_any_worker(
+    tmp_path: Path, option: str, value: str, expected: str
+) -> None:
+    script(tmp_path, "ok.py", MARKER)
+    given = [option, value] if option == "--nproc-per-node" else ["--nproc-per-node", "2"]
+    given += [] if option == "--nproc-per-node" else [option, value]
+    out = accelkw("launch", *given, "ok.py", cwd=tmp_path)
+    assert out.returncode == 1
+    field = option.lstrip("-").replace("-", "_")
+    assert out.stderr.splitlines() == [
+        f"accelkw: error: option {option}: launch.{field}: got {value!r}, expected {expected}"
+    ]
+    assert not list(tmp_path.glob("started*"))
+
+
+def test_a_missing_script_and_a_bad_config_are_one_line_before_any_worker(tmp_path: Path) -> None:
+    out = accelkw("launch", "--nproc-per-node", "2", "missing.py", cwd=tmp_path)
+    assert out.returncode == 1
+    assert out.stderr.splitlines() == [
+        "accelkw: error: SCRIPT: launch.script: got 'missing.py', expected a Python file "
+        "(this path does not exist)"
+    ]
+    script(tmp_path, "ok.py", MARKER)
+    # Valid TOML, valid shape: only the effective settings show the misspelt field.
+    (tmp_path / "typo.toml").write_text("[accelerator]\nmixed_precision = 'fp17'\n")
+    out = accelkw("launch", "--nproc-per-node", "2", "--config", "typo.toml", "ok.py", cwd=tmp_path)
+    assert out.returncode == 1
+    assert len(out.stderr.splitlines()) == 1, out.stderr
+    assert "typo.toml [accelerator]: accelerator.mixed_precision: got 'fp17'" in out.stderr
+    assert "did you mean 'fp16'?" in out.stderr
+    assert not list(tmp_path.glob("started*"))
+
+
+def test_usage_errors_exit_2() -> None:
+    out = accelkw("launch", "--no-such-option", "x.py", cwd=Path.cwd())
+    assert out.returncode == 2
+    assert "Traceback" not in out.stderr
+
+
+@pytest.mark.multiprocess
+def test_a_config_error_in_the_workers_is_printed_once_without_a_traceback(
+    tmp_path: Path,
+) -> None:
+    script(
+        tmp_path,
+        "bad.py",
+        """
+        from accelkw_core import Accelerator
+        Accelerator(mixed_precision="fp17", cpu=True)
+        """,
+    )
+    out = accelkw("launch", "--nproc-per-node", "2", "bad.py", cwd=tmp_path)
+    assert out.returncode == 1
+    errors = [line for line in out.stderr.splitlines() if line.startswith("accelkw: error:")]
+    assert errors == [
+        "accelkw: error: code: accelerator.mixed_precision: got 'fp17', expected one of 'no', "
+        "'fp16', 'bf16' (did you mean 'fp16'?) (ranks 0, 1)"
+    ]
+    assert "Traceback" not in out.stderr and "ChildFailedError" not in out.stderr
+    one = accelkw("launch", "bad.py", cwd=tmp_path)  # a direct run: the same line
+    assert one.returncode == 1
+    assert one.stderr.splitlines() == [errors[0].removesuffix(" (ranks 0, 1)")]
+
+
+@pytest.mark.multiprocess
+def test_launch_sets_one_thread_per_worker_without_torchruns_banner(tmp_path: Path) -> None:
+    script(
+        tmp_path,
+        "threads.py",
+        """
+        import os
+        print(f"rank {os.environ['RANK']} OMP_NUM_THREADS={os.environ.get('OMP_NUM_THREADS')}")
+        """,
+    )
+    out = accelkw("launch", "--nproc-per-node", "2", "threads.py", cwd=tmp_path)
+    assert out.returncode == 0, out.stderr
+    assert sorted(out.stdout.split("\n")[:2]) == [
+        "rank 0 OMP_NUM_THREADS=1",
+        "rank 1 OMP_NUM_THREADS=1",
+    ]
+    assert "OMP_NUM_THREADS" not in out.stderr  # torchrun's banner
+    mine = accelkw(
+        "launch",
+        "--nproc-per-node",
+        "2",
+        "threads.py",
+        cwd=tmp_path,
+        extra_env={"OMP_NUM_THREADS": "3"},
+    )
+    assert "rank 0 OMP_NUM_THREADS=3" in mine.stdout
+
+
+# -- no worker outlives the launch -------------------------------------------------------------
+
+
+def marked(marker: str) -> list[int]:
+    """The live (not zombie) processes whose environment holds ``marker``."""
+    found = []
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit() or int(entry.name) == os.getpid():
+            continue
+        try:
+            if marker.encode() in (entry / "environ").read_bytes() and _alive(int(entry.name)):
+                found.append(int(entry.name))
+        except OSError:
+            continue
+    return found
+
+
+def start_marked(tmp_path: Path, marker: str) -> subprocess.Popen[bytes]:
+    env = {k: v for k, v in os.environ.items() if not k.startswith("ACCELKW_")}
+    env["LAUNCH_TEST_MARK"] = marker  # inherited by the agent and every worker
+    return subprocess.Popen(
+        [sys.executable, "-m", "accelkw_core", "launch", "--nproc-per-node", "2", "sleep.py"],
+        cwd=tmp_path,
+        env=env,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+        start_new_session=True,
+    )
+
+
+SLEEP = """
+import os, time
+rank = os.environ["RANK"]
+with open(f"pid{rank}.tmp", "w") as fh:
+    fh.write(str(os.getpid()))
+os.replace(f"pid{rank}.tmp", f"pid{rank}")
+time.sleep(120)
+"""
+
+
+def wait_gone(marker: str, within: float) -> list[int]:
+    deadline = time.monotonic() + within
+    while marked(marker) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    return marked(marker)
+
+
+@pytest.mark.multiprocess
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="parent-death signal: Linux")
+def test_kill_9_of_the_launcher_takes_torchrun_and_every_worker_with_it(tmp_path: Path) -> None:
+    script(tmp_path, "sleep.py", SLEEP)
+    marker = f"accelkw-test-{os.getpid()}-{time.monotonic_ns()}"
+    proc = start_marked(tmp_path, marker)
+    try:
+        deadline = time.monotonic() + 90
+        while not all((tmp_path / f"pid{r}").exists() for r in (0, 1)):
+            assert time.monotonic() < deadline and proc.poll() is None, "workers did not start"
+            time.sleep(0.1)
+        assert len(marked(marker)) >= 4  # launcher, torchrun's agent, two workers
+        proc.kill()
+        proc.wait()
+        assert wait_gone(marker, within=10) == [], "a process outlived a kill -9 of the launch"
+    finally:
+        for pid in marked(marker):
+            os.kill(pid, signal.SIGKILL)
+
+
+@pytest.mark.multiprocess
+@pytest.mark.parametrize("delay", [0.3, 1.5])
+def test_an_early_ctrl_c_stops_everything_within_5_seconds(tmp_path: Path, delay: float) -> None:
+    script(tmp_path, "sleep.py", SLEEP)
+    marker = f"accelkw-test-{os.getpid()}-{time.monotonic_ns()}"
+    proc = start_marked(tmp_path, marker)
+    try:
+        time.sleep(delay)  # torchrun is still starting, or its workers are importing
+        sent = time.monotonic()
+        os.killpg(proc.pid, signal.SIGINT)  # a terminal's Ctrl-C: the foreground group
+        code = proc.wait(timeout=60)
+        left = wait_gone(marker, within=5)
+        stopped = time.monotonic() - sent
+        assert code == 130, proc.stderr.read().decode() if proc.stderr else ""
+        assert left == [], "a process outlived the Ctrl-C"
+        # The issue's bound, a correctness one: torchrun alone waited 30 s for its workers.
+        assert stopped < 5, stopped
+    finally:
+        for pid in marked(marker):
+            os.kill(pid, signal.SIGKILL)

@@ -12,7 +12,9 @@ import tomllib
 from pathlib import Path
 
 import pytest
+from packaging.version import Version
 
+from accelkw_core import __version__
 from accelkw_core.cli.main import main
 from accelkw_core.testing import isolated_registry
 from accelkw_core.tools.scaffold import (
@@ -126,7 +128,11 @@ def test_generated_pyproject_declares_the_entry_point_and_core_dependency() -> N
     project = data["project"]
     assert project["name"] == "accelkw-my-seed"
     assert project["entry-points"]["accelkw"] == {"my_seed": "accelkw_my_seed.plugin"}
-    assert project["dependencies"][0].startswith("accelkw-core>=")
+    # The range of the core that generated it: this minor release, pre-1.0 (docs/versioning.md).
+    core = Version(__version__)
+    assert project["dependencies"][0] == f"accelkw-core>={core.major}.{core.minor},<" + (
+        f"{core.major}.{core.minor + 1}" if core.major == 0 else f"{core.major + 1}"
+    )
     assert "tool" not in data or set(data["tool"]) == {"setuptools"}
 
 

@@ -1,8 +1,13 @@
 """``accelkw launch``: run a training script on one or many machines through torchrun.
 
-The engine is ``torch.distributed.run``; this command adds the config (carried to every worker
-in ``ACCELKW_CONFIG``), a free local port for single-node runs, the first failed worker's exit
-status, and forwarding of SIGINT/SIGTERM/SIGHUP so no worker outlives an interrupted launch.
+The engine is ``torch.distributed.run``; this command adds, before any worker starts, a check
+of its own options, of the script and of the effective configuration (one line and exit 1 for
+each fault, not a traceback per rank); the config, carried to every worker in
+``ACCELKW_CONFIG``; a free local port for single-node runs; ``OMP_NUM_THREADS=1`` when unset, as
+torchrun would set it, without its banner; the first failed worker's exit status; and process
+hygiene: signals forwarded, a Ctrl-C that stops everything within seconds, and workers that die
+with the launch even when it is killed with SIGKILL (see :func:`run_child` and
+:mod:`accelkw_core.cli.worker`).
 """
 
 from __future__ import annotations
@@ -13,7 +18,23 @@ import sys
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-__all__ = ["add_launch_options", "add_parser", "build_command", "cmd_launch", "run_child"]
+from accelkw_core.cli.worker import ERRORS_ENV, PARENT_ENV
+from accelkw_core.errors import ConfigError
+
+__all__ = [
+    "INTERRUPT_GRACE_S",
+    "add_launch_options",
+    "add_parser",
+    "build_command",
+    "check_launch_options",
+    "cmd_launch",
+    "run_child",
+]
+
+WORKER = "accelkw_core.cli.worker"
+# After a Ctrl-C is forwarded, how long the workers get to stop before everything is killed.
+INTERRUPT_GRACE_S = 3.0
+NPROC_WORDS = ("auto", "cpu", "gpu", "xpu")
 
 # Our option -> torchrun's option; each is passed through unchanged when given.
 PASSTHROUGH = {
@@ -75,6 +96,7 @@ def build_command(
     """The command line and environment that run ``script`` as ``args`` ask."""
     from accelkw_core.config.files import CONFIG_ENV
 
+    check_launch_options(args)
     child_env = dict(os.environ if env is None else env)
     if args.config:
         from accelkw_core.config.files import find_config, load_config
@@ -84,9 +106,16 @@ def build_command(
         child_env[CONFIG_ENV] = str(path.resolve() if path else args.config)
     nproc = args.nproc_per_node or "1"
     given = {key: getattr(args, key) for key in PASSTHROUGH if getattr(args, key, None)}
-    target = ["-m", script] if module else [script]
+    # Every worker starts through accelkw_core.cli.worker: it dies with its parent and reports
+    # a configuration error as one line (printed by the agent, once, for torchrun's workers).
+    target = ["--module", script] if module else [script]
+    child_env.pop(ERRORS_ENV, None)
+    child_env[PARENT_ENV] = str(os.getpid())  # the agent replaces it for torchrun's workers
     if nproc == "1" and not given:
-        return [sys.executable, *target, *script_args], child_env
+        return [sys.executable, "-m", WORKER, *target, *script_args], child_env
+    # torchrun sets OMP_NUM_THREADS=1 for several workers, with a banner saying so; set here,
+    # the same value reaches the workers without the banner. A value the user set is kept.
+    child_env.setdefault("OMP_NUM_THREADS", "1")
     cmd = [sys.executable, "-m", "accelkw_core.cli.torchrun", "--nproc-per-node", str(nproc)]
     single_node = given.get("nnodes") in (None, "1", "1:1") and "rdzv_endpoint" not in given
     if single_node and "master_port" not in given:
@@ -95,10 +124,60 @@ def build_command(
         given["master_port"] = str(_free_port())
     for key, value in given.items():
         cmd += [PASSTHROUGH[key], str(value)]
-    if module:
-        cmd.append("--module")
-    cmd += [script, *script_args]
+    cmd += ["--module", WORKER, *target, *script_args]
     return cmd, child_env
+
+
+def _bad(option: str, value: object, expected: str) -> ConfigError:
+    return ConfigError(
+        "launch", option.lstrip("-").replace("-", "_"), value, expected, source=f"option {option}"
+    )
+
+
+def _int(text: str, option: str, low: int, high: int | None = None) -> int:
+    expected = f"an integer from {low} to {high}" if high is not None else f"an integer >= {low}"
+    try:
+        value = int(str(text).strip())
+    except ValueError:
+        raise _bad(option, text, expected) from None
+    if value < low or (high is not None and value > high):
+        raise _bad(option, text, expected)
+    return value
+
+
+def check_launch_options(args: argparse.Namespace) -> None:
+    """Check the options torchrun would reject with a traceback; a ``ConfigError`` names each.
+
+    The ranges are torchrun's: at least one process per node and one node, ports 1-65535, no
+    negative restart count, a node rank below the node count.
+    """
+    nproc = args.nproc_per_node
+    if nproc is not None and str(nproc) not in NPROC_WORDS:
+        words = ", ".join(repr(w) for w in NPROC_WORDS)
+        text = str(nproc).strip()
+        if not text.isdigit() or int(text) < 1:
+            raise _bad("--nproc-per-node", nproc, f"an integer >= 1, or one of {words}")
+    nodes_max = None
+    if getattr(args, "nnodes", None):
+        parts = str(args.nnodes).split(":")
+        if len(parts) > 2:
+            raise _bad("--nnodes", args.nnodes, "an integer >= 1, or MIN:MAX")
+        low, high = (_int(p, "--nnodes", 1) for p in (parts[0], parts[-1]))
+        if low > high:
+            raise _bad("--nnodes", args.nnodes, "MIN:MAX with MIN <= MAX")
+        nodes_max = high
+    if getattr(args, "node_rank", None):
+        _int(args.node_rank, "--node-rank", 0, None if nodes_max is None else nodes_max - 1)
+    if getattr(args, "master_port", None):
+        _int(args.master_port, "--master-port", 1, 65535)
+    if getattr(args, "max_restarts", None):
+        _int(args.max_restarts, "--max-restarts", 0)
+    endpoint = getattr(args, "rdzv_endpoint", None)
+    if endpoint and ":" in endpoint and not endpoint.endswith("]"):  # "[::1]": no port
+        host, _, port = str(endpoint).rpartition(":")
+        if not host:
+            raise _bad("--rdzv-endpoint", endpoint, "HOST or HOST:PORT")
+        _int(port, "--rdzv-endpoint", 1, 65535)
 
 
 def run_child(cmd: Sequence[str], env: Mapping[str, str], *, direct: bool = False) -> int:
@@ -106,16 +185,34 @@ def run_child(cmd: Sequence[str], env: Mapping[str, str], *, direct: bool = Fals
 
     torchrun runs in its own process group, so a terminal's Ctrl-C reaches only this process,
     which forwards it once (torchrun given a second SIGINT mid-shutdown can leave workers
-    behind). A ``direct`` single-process run stays in the terminal's group so it can read the
-    terminal (pdb, input()); there a Ctrl-C already reaches it, so SIGINT is forwarded only
-    when stdin is not a terminal (a signal sent to this process alone).
+    behind). If the run has not stopped :data:`INTERRUPT_GRACE_S` seconds after a Ctrl-C, or at
+    a second Ctrl-C, it is killed: a worker busy in C++ (a rendezvous, a collective) does not see
+    a SIGINT, and torchrun would wait 30 s for it. SIGTERM and SIGHUP keep torchrun's own grace
+    period, which schedulers count on for a checkpoint. The child dies with this process, even
+    one killed with SIGKILL (Linux: ``PR_SET_PDEATHSIG``), and so do the workers
+    (:mod:`accelkw_core.cli.worker`).
+
+    A ``direct`` single-process run stays in the terminal's group so it can read the terminal
+    (pdb, input()); there a Ctrl-C already reaches it, so SIGINT is forwarded only when stdin is
+    not a terminal (a signal sent to this process alone).
     """
     import signal
     import subprocess
     import threading
+    import time
+
+    from accelkw_core.cli.worker import die_with_parent
+
+    launcher = os.getpid()
+
+    def tie_to_launcher() -> None:  # runs in the child, between fork and exec
+        die_with_parent(signal.SIGKILL, launcher)
+        # A launch started in the background by a shell inherits SIGINT ignored, and Python
+        # then installs no KeyboardInterrupt handler: the forwarded Ctrl-C would be lost.
+        signal.signal(signal.SIGINT, signal.SIG_DFL)
 
     popen_kwargs: dict[str, Any] = {} if direct else {"process_group": 0}
-    proc = subprocess.Popen(list(cmd), env=dict(env), **popen_kwargs)
+    proc = subprocess.Popen(list(cmd), env=dict(env), preexec_fn=tie_to_launcher, **popen_kwargs)
     forwarded = [signal.SIGTERM]
     if hasattr(signal, "SIGHUP"):
         forwarded.append(signal.SIGHUP)
@@ -123,10 +220,24 @@ def run_child(cmd: Sequence[str], env: Mapping[str, str], *, direct: bool = Fals
     if not terminal:
         forwarded.append(signal.SIGINT)
     previous: dict[int, Any] = {}
+    kill_at: list[float] = []  # when a Ctrl-C's grace ends
+
+    def kill() -> None:
+        if proc.poll() is None:
+            if direct:
+                proc.kill()
+            else:
+                os.killpg(proc.pid, signal.SIGKILL)
 
     def forward(signum: int, frame: Any) -> None:
-        if proc.poll() is None:
-            proc.send_signal(signum)
+        if proc.poll() is not None:
+            return
+        if signum == signal.SIGINT:
+            if kill_at:  # a second Ctrl-C: stop now
+                kill()
+                return
+            kill_at.append(time.monotonic() + INTERRUPT_GRACE_S)
+        proc.send_signal(signum)
 
     if threading.current_thread() is threading.main_thread():
         for sig in forwarded:
@@ -134,10 +245,18 @@ def run_child(cmd: Sequence[str], env: Mapping[str, str], *, direct: bool = Fals
         if terminal:
             previous[signal.SIGINT] = signal.signal(signal.SIGINT, signal.SIG_IGN)
     try:
-        code = proc.wait()
+        while True:
+            try:
+                code = proc.wait(timeout=0.2)
+                break
+            except subprocess.TimeoutExpired:
+                if kill_at and time.monotonic() > kill_at[0]:
+                    kill()
     finally:
         for signum, handler in previous.items():
             signal.signal(signum, handler)
+    if kill_at:  # interrupted: the status of a Ctrl-C, however the run then ended
+        return 128 + signal.SIGINT if code != 0 else 0
     return 128 - code if code < 0 else code
 
 
@@ -153,5 +272,16 @@ def cmd_launch(args: argparse.Namespace) -> int:
     script_args = list(args.script_args)
     if script_args[:1] == ["--"]:
         script_args = script_args[1:]
+    if not args.module and not os.path.isfile(args.script):
+        what = "is a directory" if os.path.isdir(args.script) else "does not exist"
+        raise ConfigError(
+            "launch", "script", args.script, f"a Python file (this path {what})", source="SCRIPT"
+        )
     cmd, env = build_command(args, args.script, script_args, module=args.module)
+    # The effective configuration (file, ACCELKW_* variables, installed plugins) is checked
+    # here, once, rather than failing in every worker.
+    from accelkw_core.config.files import CONFIG_ENV
+    from accelkw_core.config.settings import resolve_settings
+
+    resolve_settings(config=env.get(CONFIG_ENV) or None, env=env)
     return run_child(cmd, env, direct="accelkw_core.cli.torchrun" not in cmd)

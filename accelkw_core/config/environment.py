@@ -43,6 +43,9 @@ VARIABLES: dict[str, str] = {
     "ACCELKW_DISABLE_PLUGINS": "comma-separated deny-list of plugin or distribution names",
     "ACCELKW_DISABLE_PLUGIN_AUTOLOAD": "a switch: read no entry points",
     "ACCELKW_NO_CACHE": "a switch: scan the entry points instead of reading the cache",
+    # Set by `accelkw launch` for its workers (accelkw_core.cli.worker), not by users.
+    "ACCELKW_LAUNCH_ERRORS": "the folder where workers leave a configuration error",
+    "ACCELKW_LAUNCH_PARENT": "the pid of the process that started the workers",
 }
 
 

@@ -65,7 +65,10 @@ def core_requirement(dist: Any) -> str | None:
         if req.marker is not None and not req.marker.evaluate({"extra": ""}):
             continue
         found = True
-        specs.extend(str(s) for s in sorted(req.specifier, key=str))
+        # Lower bounds first, as people write them (a SpecifierSet keeps no order).
+        specs.extend(
+            str(s) for s in sorted(req.specifier, key=lambda s: (s.operator[0] == "<", str(s)))
+        )
     return ",".join(specs) if found else None
 
 

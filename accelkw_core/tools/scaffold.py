@@ -133,15 +133,17 @@ def check_available(names: PluginNames, registry: Registry | None = None) -> Non
 
 def render(names: PluginNames) -> dict[str, str]:
     """The files of the new plugin: relative path -> text."""
+    from accelkw_core.discovery.compat import CORE_DISTRIBUTION, core_range_for
     from accelkw_core.tools.scaffold_templates import FILES
 
-    major, minor = __version__.split(".")[:2]
+    # The cores this one's plugin API holds for (docs/versioning.md): a core outside it lists
+    # the plugin as incompatible instead of importing it.
     values = {
         "name": names.name,
         "dist": names.distribution,
         "package": names.package,
         "cls": names.class_name,
-        "core_req": f"accelkw-core>={major}.{minor}",
+        "core_req": f"{CORE_DISTRIBUTION}{core_range_for(__version__)}",
     }
     return {
         Template(path).substitute(values): Template(text).substitute(values)
