@@ -5,7 +5,7 @@ from __future__ import annotations
 import dataclasses
 import json
 from pathlib import Path
-from typing import Any
+from typing import Any, ClassVar
 
 import accelkw_profile
 import accelkw_profile.plugin
@@ -14,7 +14,14 @@ import torch
 from accelkw_profile import NoOpProfiler, ProfileKwargs
 
 from accelkw_core import ConfigError, compose
-from accelkw_core.testing import apply_handler, isolated_registry, make_state, modules_loaded_by
+from accelkw_core.plugin import AcceleratorState
+from accelkw_core.testing import (
+    HandlerContract,
+    apply_handler,
+    isolated_registry,
+    make_state,
+    modules_loaded_by,
+)
 
 # Accelerate's ProfileKwargs fields, in order, then accelkw's one addition at the end.
 REFERENCE_FIELDS = [
@@ -34,6 +41,16 @@ EXTRA_FIELDS = [("profile_ranks", None)]
 def event_names(path: Path) -> set[str]:
     data = json.loads(path.read_text())
     return {e.get("name", "") for e in data["traceEvents"]}
+
+
+def profiler_of(state: AcceleratorState) -> Any:
+    """The one ``profiler`` contribution: what ``accelerator.profile()`` enters."""
+    (factory,) = state.values("profiler")
+    return factory
+
+
+def trace_ready(prof: Any) -> None:
+    """A module-level ``on_trace_ready`` (a handler holding it can be pickled)."""
 
 
 def run_model(prof: Any = None) -> None:
@@ -69,8 +86,7 @@ def test_on_trace_ready_fires_once_per_cycle_up_to_repeat(option: dict[str, int]
     calls: list[object] = []
     handler = ProfileKwargs(activities=["cpu"], schedule_option=option, on_trace_ready=calls.append)
     state = apply_handler(handler, make_state())
-    assert state.profiler_factory is not None
-    with state.profiler_factory() as prof:
+    with profiler_of(state)() as prof:
         for _ in range(total_steps):
             prof.step()
             torch.tensor([1, 2, 3, 4, 5])
@@ -206,21 +222,21 @@ def test_from_mapping_reads_text_forms_and_never_imports_a_callable() -> None:
 def test_an_unselected_rank_gets_a_no_op_profiler_and_writes_nothing(tmp_path: Path) -> None:
     handler = ProfileKwargs(activities=["cpu"], output_trace_dir=str(tmp_path), profile_ranks=[0])
     state = apply_handler(handler, make_state(rank=1, world_size=2))
-    assert state.profiler_factory is not None
-    with state.profiler_factory() as prof:
+    with profiler_of(state)() as prof:
         assert isinstance(prof, NoOpProfiler)
         run_model(prof)
     assert list(tmp_path.iterdir()) == []
     (entry,) = state.log
-    assert entry.applied is False
     assert entry.message == "rank 1 not in profile_ranks [0]: profile() yields a no-op profiler"
+    # The no-op profiler is a contribution (so profile() on this rank neither profiles nor
+    # warns that no profiler is configured), hence a step that changes the run.
+    assert entry.applied is True
 
 
 def test_a_selected_rank_writes_its_own_trace(tmp_path: Path) -> None:
     handler = ProfileKwargs(activities=["cpu"], output_trace_dir=str(tmp_path), profile_ranks=[1])
     state = apply_handler(handler, make_state(rank=1, world_size=2))
-    assert state.profiler_factory is not None
-    with state.profiler_factory() as prof:
+    with profiler_of(state)() as prof:
         assert isinstance(prof, torch.profiler.profile)
         run_model(prof)
     assert [p.name for p in tmp_path.iterdir()] == ["profile_1.json"]
@@ -233,13 +249,16 @@ def test_every_rank_profiles_by_default() -> None:
     assert ProfileKwargs(profile_ranks=[]).selects(0) is False
 
 
-def test_describe_matches_the_record_and_notes_ranks_outside_the_world(tmp_path: Path) -> None:
+def test_the_plan_matches_the_record_and_notes_ranks_outside_the_world(tmp_path: Path) -> None:
     handler = ProfileKwargs(
         activities=["cpu"], with_flops=True, output_trace_dir=str(tmp_path), profile_ranks=[0, 5]
     )
     state = make_state(world_size=2)
-    text = handler.describe(state)
-    assert state.profiler_factory is None and state.log == []
+    plan = handler.plan(state)
+    assert state.values("profiler") == [] and state.log == []  # planning changes nothing
+    assert [s.point for s in plan.steps] == ["profiler"]
+    text = plan.summary()
+    assert handler.describe(state) == text
     apply_handler(handler, state)
     assert state.messages("profile") == [text]
     assert text == (
@@ -276,13 +295,15 @@ def test_plugin_registers_through_an_isolated_registry() -> None:
     assert accelkw_profile.ProfileKwargs is ProfileKwargs
 
 
-def test_compose_fills_the_profiler_slot() -> None:
+def test_compose_contributes_the_profiler() -> None:
     registry = isolated_registry([accelkw_profile.plugin])
     state = make_state()
     (applied,) = compose(state, [], registry=registry)
     assert isinstance(applied, ProfileKwargs)
-    assert state.profiler_factory is not None
-    with state.profiler_factory() as prof:
+    (contribution,) = state.contributions("profiler")
+    assert contribution.handler == "profile"
+    with contribution.value() as prof:
+        assert isinstance(prof, torch.profiler.profile)
         run_model(prof)
 
 
@@ -292,3 +313,15 @@ def test_describe_shows_an_activity_this_machine_lacks() -> None:
     assert text.startswith("would fail when profile() is entered: profile.activities: got 'cuda'")
     assert "an activity this machine supports: 'cpu'" in text
     assert ProfileKwargs(activities=["cpu"]).describe(make_state()).startswith("rank 0 profiles")
+
+
+class TestProfileContract(HandlerContract):
+    handler_class = ProfileKwargs
+    plugin_module = "accelkw_profile.plugin"
+    examples: ClassVar = (
+        {"activities": ["cpu"], "record_shapes": True, "with_flops": True},
+        {"schedule_option": {"wait": 1, "warmup": 1, "active": 2, "repeat": 1}},
+        {"profile_ranks": [0], "on_trace_ready": trace_ready},
+        {"profile_ranks": [1], "output_trace_dir": "traces"},
+        {"profile_ranks": None, "with_modules": False},
+    )
