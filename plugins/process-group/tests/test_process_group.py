@@ -2,16 +2,26 @@
 
 from __future__ import annotations
 
+import copy
 import dataclasses
+import pickle
 import typing
 from datetime import timedelta
+from typing import ClassVar
 
 import accelkw_process_group.plugin
 import pytest
 from accelkw_process_group import InitProcessGroupKwargs
 
 from accelkw_core import AcceleratorState, ConfigError, Registry
-from accelkw_core.testing import apply_handler, isolated_registry, make_state, modules_loaded_by
+from accelkw_core.runtime.planning import plan_handler
+from accelkw_core.testing import (
+    HandlerContract,
+    apply_handler,
+    isolated_registry,
+    make_state,
+    modules_loaded_by,
+)
 
 
 @pytest.fixture
@@ -98,12 +108,37 @@ def test_world_size_one_records_that_there_is_no_group() -> None:
 
 @pytest.mark.usefixtures("rendezvous")
 def test_default_nccl_becomes_gloo_without_cuda() -> None:
-    plan = InitProcessGroupKwargs().plan(make_state(world_size=2))
+    plan = InitProcessGroupKwargs().group_plan(make_state(world_size=2))
     assert plan.backend == "gloo"
     assert plan.fallback is not None
     assert "'nccl' needs CUDA" in plan.fallback
     assert "'gloo'" in plan.fallback
     assert plan.init_kwargs(0, 2) == {"backend": "gloo", "rank": 0, "world_size": 2}
+    # The handler's plan says so first, then initialises the group as its one effective step.
+    steps = InitProcessGroupKwargs().plan(make_state(world_size=2)).steps
+    assert [(s.message, s.effective) for s in steps[:1]] == [(plan.fallback, False)]
+    assert steps[1].action is not None and steps[1].provides == ("process_group",)
+    assert steps[1].message.startswith("initialise the process group: rank 0 of 2")
+
+
+@pytest.mark.usefixtures("rendezvous")
+@pytest.mark.parametrize(
+    "derive",
+    [
+        lambda h: dataclasses.replace(h, timeout=timedelta(seconds=9)),
+        copy.copy,
+        copy.deepcopy,
+        lambda h: pickle.loads(pickle.dumps(h)),
+    ],
+    ids=["replace", "copy", "deepcopy", "pickle"],
+)
+def test_a_derived_handler_keeps_the_default_backend_a_default(derive: typing.Any) -> None:
+    # Marking every field explicit would turn "gloo in place of the default nccl" into an
+    # error for an explicit 'nccl' on this 2-rank CPU run.
+    handler = derive(InitProcessGroupKwargs(timeout=timedelta(seconds=5)))
+    assert handler.explicit_fields() == {"timeout"}
+    plan = handler.group_plan(make_state(world_size=2))
+    assert plan.backend == "gloo" and plan.fallback is not None
 
 
 @pytest.mark.usefixtures("rendezvous")
@@ -112,7 +147,7 @@ def test_default_nccl_on_a_cuda_state_without_cuda_also_falls_back() -> None:
 
     if torch.cuda.is_available():
         pytest.skip("CUDA is available here, so 'nccl' is kept")
-    plan = InitProcessGroupKwargs().plan(make_state(world_size=2, device_type="cuda"))
+    plan = InitProcessGroupKwargs().group_plan(make_state(world_size=2, device_type="cuda"))
     assert plan.backend == "gloo"
     assert plan.fallback is not None
     assert "CUDA is not available" in plan.fallback
@@ -131,8 +166,13 @@ def test_explicit_nccl_without_cuda_is_a_clear_error() -> None:
     assert "needs CUDA" in str(err)
     assert "backend='gloo'" in str(err)
     assert not dist.is_initialized()
-    assert state.teardowns == []
-    assert handler.describe(state).startswith("would fail: process_group.backend")
+    assert state.teardowns == [] and state.log == []
+    with pytest.raises(ConfigError, match="needs CUDA"):
+        handler.plan(state)
+    # What `accelkw plan` prints for it.
+    assert plan_handler("process_group", handler, state).summary.startswith(
+        "would fail: process_group.backend"
+    )
 
 
 @pytest.mark.usefixtures("rendezvous")
@@ -142,7 +182,7 @@ def test_a_backend_this_build_lacks_is_an_error_naming_the_available_ones() -> N
     if dist.is_mpi_available():
         pytest.skip("this torch build has MPI")
     with pytest.raises(ConfigError) as info:
-        InitProcessGroupKwargs(backend="mpi").plan(make_state(world_size=2))
+        InitProcessGroupKwargs(backend="mpi").group_plan(make_state(world_size=2))
     assert info.value.field == "backend"
     assert "'mpi' is not built in" in str(info.value)
     assert "gloo" in info.value.expected
@@ -152,15 +192,16 @@ def test_a_backend_this_build_lacks_is_an_error_naming_the_available_ones() -> N
 def test_an_explicit_timeout_is_passed_even_when_equal_to_a_default() -> None:
     state = make_state(world_size=2)
     half_hour = timedelta(minutes=30)  # torch's own default for gloo
-    plan = InitProcessGroupKwargs(backend="gloo", timeout=half_hour).plan(state)
+    plan = InitProcessGroupKwargs(backend="gloo", timeout=half_hour).group_plan(state)
     assert plan.init_kwargs(1, 2)["timeout"] == half_hour
     assert "timeout 1800s (set explicitly)" in plan.notes
-    assert "timeout" not in InitProcessGroupKwargs(backend="gloo").plan(state).init_kwargs(1, 2)
+    default = InitProcessGroupKwargs(backend="gloo").group_plan(state)
+    assert "timeout" not in default.init_kwargs(1, 2)
 
 
 @pytest.mark.usefixtures("rendezvous")
 def test_backend_none_leaves_the_choice_to_torch() -> None:
-    plan = InitProcessGroupKwargs(backend=None).plan(make_state(world_size=2))
+    plan = InitProcessGroupKwargs(backend=None).group_plan(make_state(world_size=2))
     assert plan.init_kwargs(0, 2)["backend"] is None
     assert plan.fallback is None
 
@@ -168,11 +209,11 @@ def test_backend_none_leaves_the_choice_to_torch() -> None:
 @pytest.mark.usefixtures("rendezvous")
 def test_init_method_defaults_to_env_and_an_explicit_one_is_passed() -> None:
     state = make_state(world_size=2)
-    plan = InitProcessGroupKwargs(backend="gloo").plan(state)
+    plan = InitProcessGroupKwargs(backend="gloo").group_plan(state)
     assert "init_method" not in plan.init_kwargs(0, 2)
     assert "init_method env:// (MASTER_ADDR=127.0.0.1, MASTER_PORT=29555)" in plan.notes
     url = "tcp://10.1.2.3:4000"
-    plan = InitProcessGroupKwargs(backend="gloo", init_method=url).plan(state)
+    plan = InitProcessGroupKwargs(backend="gloo", init_method=url).group_plan(state)
     assert plan.init_kwargs(0, 2)["init_method"] == url
 
 
@@ -181,7 +222,7 @@ def test_without_master_env_the_states_address_or_an_error_names_init_method() -
     state = AcceleratorState(
         cpu=True, rank=1, world_size=2, master_addr="10.0.0.7", master_port=29400
     )
-    plan = InitProcessGroupKwargs(backend="gloo").plan(state)
+    plan = InitProcessGroupKwargs(backend="gloo").group_plan(state)
     assert plan.init_method == "tcp://10.0.0.7:29400"
     with pytest.raises(ConfigError) as info:
         InitProcessGroupKwargs(backend="gloo").plan(make_state(world_size=2))
@@ -190,16 +231,20 @@ def test_without_master_env_the_states_address_or_an_error_names_init_method() -
 
 
 @pytest.mark.usefixtures("rendezvous")
-def test_describe_says_what_would_happen_without_creating_a_group() -> None:
+def test_the_plan_says_what_would_happen_without_creating_a_group() -> None:
     import torch.distributed as dist
 
-    text = InitProcessGroupKwargs(timeout=timedelta(seconds=5)).describe(
-        make_state(world_size=2, rank=1)
-    )
-    assert text.startswith("would initialise the process group: rank 1 of 2")
-    assert "backend 'gloo'" in text
-    assert "timeout 5s (set explicitly)" in text
+    handler = InitProcessGroupKwargs(timeout=timedelta(seconds=5))
+    state = make_state(world_size=2, rank=1)
+    plan = handler.plan(state)
+    (init,) = [s for s in plan.steps if s.effective]
+    assert init.message.startswith("initialise the process group: rank 1 of 2")
+    assert "backend 'gloo'" in init.message
+    assert "timeout 5s (set explicitly)" in init.message
+    assert handler.describe(state) == plan.summary()
+    assert init.message in plan.summary()
     assert not dist.is_initialized()
+    assert state.log == [] and state.teardowns == [] and state.capabilities == {}
 
 
 def test_registered_through_the_plugin_hook_and_the_installed_entry_point() -> None:
@@ -230,3 +275,15 @@ def test_the_exit_pause_is_registered_once_per_process() -> None:
     _exit_guard.settle_workers_at_exit()
     assert atexit._ncallbacks() - before in (0, 1)  # 0 when an earlier test created a group
     assert _exit_guard._registered is True
+
+
+class TestProcessGroupContract(HandlerContract):
+    handler_class = InitProcessGroupKwargs
+    plugin_module = "accelkw_process_group.plugin"
+    examples: ClassVar = (
+        {"backend": "gloo"},
+        {"backend": None, "timeout": timedelta(seconds=5)},
+        {"backend": "gloo", "init_method": "tcp://127.0.0.1:29500"},
+        {"backend": "cpu:gloo,cuda:nccl", "timeout": timedelta(minutes=30)},
+        {"backend": "nccl"},
+    )

@@ -25,7 +25,7 @@ def test_an_explicit_timeout_bounds_a_collective_and_teardown_destroys_the_group
         assert result["teardown_failures"] == []
         assert result["initialised_after_teardown"] is False
         assert "destroyed the process group it created" in "\n".join(result["log"])
-        initialised = [line for line in result["log"] if "initialised the process group" in line]
+        initialised = [line for line in result["log"] if "initialise the process group" in line]
         assert len(initialised) == 1
         assert "timeout 5s (set explicitly)" in initialised[0]
         assert "backend 'gloo' (set explicitly)" in initialised[0]
@@ -38,7 +38,7 @@ def test_default_backend_falls_back_to_gloo_and_an_existing_group_is_reused() ->
         assert result["sum"] == 3.0
         log = "\n".join(result["log"])
         assert "the default backend 'nccl' needs CUDA and this run is on CPU: using 'gloo'" in log
-        assert f"initialised the process group: rank {rank} of 2" in log
+        assert f"initialise the process group: rank {rank} of 2" in log
         # The second handler met the group: it says which explicit settings it could not apply
         # (the backend matches, so it is not listed), registers no teardown, destroys nothing.
         second = "\n".join(result["second_log"])
