@@ -38,7 +38,8 @@ def make_batch(step: int) -> tuple[torch.Tensor, torch.Tensor]:
 
 
 def wrap(state: AcceleratorState, model: torch.nn.Module) -> Any:
-    for _, wrapper in state.model_wrappers:
+    """``model`` through the state's ``model_wrapper`` contributions, in order, as prepare does."""
+    for wrapper in state.values("model_wrapper"):
         model = wrapper(model)
     return model
 

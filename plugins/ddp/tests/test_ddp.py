@@ -4,14 +4,20 @@ from __future__ import annotations
 
 import dataclasses
 import typing
-from typing import Any, Literal
+from typing import Any, ClassVar, Literal
 
 import accelkw_ddp.plugin
 import pytest
 from accelkw_ddp import DDPCommunicationHookType, DistributedDataParallelKwargs
 
 from accelkw_core import AccelkwError, ConfigError, Registry
-from accelkw_core.testing import apply_handler, isolated_registry, make_state, modules_loaded_by
+from accelkw_core.testing import (
+    HandlerContract,
+    apply_handler,
+    isolated_registry,
+    make_state,
+    modules_loaded_by,
+)
 
 T = DDPCommunicationHookType
 
@@ -195,7 +201,8 @@ def test_world_size_one_records_that_the_model_is_not_wrapped() -> None:
     assert [(e.message, e.applied) for e in state.log] == [
         ("world size 1: model not wrapped", False)
     ]
-    assert state.model_wrappers == []
+    assert state.values("model_wrapper") == []
+    assert state.capabilities == {}
     assert (
         DistributedDataParallelKwargs().describe(make_state()) == "world size 1: model not wrapped"
     )
@@ -204,15 +211,19 @@ def test_world_size_one_records_that_the_model_is_not_wrapped() -> None:
 def test_apply_adds_a_wrapper_that_needs_a_process_group() -> None:
     import torch
 
-    state = apply_handler(DistributedDataParallelKwargs(bucket_cap_mb=5), make_state(world_size=2))
-    assert [name for name, _ in state.model_wrappers] == ["ddp"]
+    handler = DistributedDataParallelKwargs(bucket_cap_mb=5)
+    plan = handler.plan(make_state(world_size=2))
+    state = apply_handler(handler, make_state(world_size=2))
+    assert [c.handler for c in state.contributions("model_wrapper")] == ["ddp"]
+    assert state.capabilities == {"gradient_sync": "ddp"}
     messages = state.messages("ddp")
+    assert messages == [s.message for s in plan.steps]
     assert messages[0] == (
         "models will be wrapped in DistributedDataParallel(module, device_ids=None, "
         "bucket_cap_mb=5); comm hook: none (plain all-reduce)"
     )
-    assert any("no process group yet" in m for m in messages)
-    _, wrap = state.model_wrappers[0]
+    assert any("a process group must exist when models are prepared" in m for m in messages)
+    (wrap,) = state.values("model_wrapper")
     with pytest.raises(AccelkwError, match="install accelkw-process-group"):
         wrap(torch.nn.Linear(2, 2))
 
@@ -234,9 +245,15 @@ def test_apply_adds_a_wrapper_that_needs_a_process_group() -> None:
     ],
 )
 def test_describe_names_the_hook(kwargs: dict[str, Any], description: str) -> None:
-    text = DistributedDataParallelKwargs(**kwargs).describe(make_state(world_size=2))
-    assert text.startswith("would wrap models in DistributedDataParallel(module, device_ids=None)")
+    state = make_state(world_size=2)
+    plan = DistributedDataParallelKwargs(**kwargs).plan(state)
+    assert state.log == [] and state.values("model_wrapper") == []  # planning changes nothing
+    text = plan.summary()
+    assert text.startswith(
+        "models will be wrapped in DistributedDataParallel(module, device_ids=None)"
+    )
     assert description in text
+    assert description in plan.steps[0].message and plan.steps[0].point == "model_wrapper"
 
 
 @pytest.mark.parametrize(
@@ -278,7 +295,7 @@ def test_bf16_hooks_without_cuda_nccl_are_refused_at_apply() -> None:
             DistributedDataParallelKwargs(**kwargs).apply(state)
         assert (info.value.field, info.value.value) == (field, "bf16")
         assert "needs CUDA with NCCL >= 2.10" in str(info.value)
-        assert state.model_wrappers == []
+        assert state.values("model_wrapper") == [] and state.log == []
 
 
 def test_batched_powersgd_is_refused_where_torch_breaks_it() -> None:
@@ -309,3 +326,19 @@ def test_importing_the_plugin_and_building_a_handler_does_not_import_torch() -> 
         "h.to_kwargs(); h.explicit_kwargs()\n"
     )
     assert modules_loaded_by(code) == []
+
+
+class TestDDPContract(HandlerContract):
+    handler_class = DistributedDataParallelKwargs
+    plugin_module = "accelkw_ddp.plugin"
+    examples: ClassVar = (
+        {"bucket_cap_mb": 10, "find_unused_parameters": True},
+        {"broadcast_buffers": False, "gradient_as_bucket_view": True, "static_graph": True},
+        {"comm_hook": "fp16"},
+        {
+            "comm_hook": "power_sgd",
+            "comm_wrapper": "fp16",
+            "comm_state_option": {"matrix_approximation_rank": 2},
+        },
+        {"dim": 0, "check_reduction": True},
+    )

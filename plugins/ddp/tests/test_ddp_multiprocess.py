@@ -94,7 +94,7 @@ def test_composed_with_the_process_group_plugin() -> None:
         assert result["teardown_failures"] == []
         assert result["initialised_after_teardown"] is False
         log = "\n".join(result["log"])
-        assert "process_group: initialised the process group" in log
+        assert "process_group: initialise the process group" in log
         assert "ddp: models will be wrapped in DistributedDataParallel(" in log
         assert "process_group: destroyed the process group it created" in log
     assert results[0]["params"] == results[1]["params"]
