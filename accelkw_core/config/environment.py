@@ -24,6 +24,7 @@ __all__ = [
     "TRUE_WORDS",
     "VARIABLES",
     "env_flag",
+    "env_int",
     "handler_variable",
     "unknown_variables",
 ]
@@ -72,6 +73,27 @@ def env_flag(
         FLAG_EXPECTED,
         source=f"environment variable {var}",
     )
+
+
+def env_int(env: Mapping[str, str], var: str, default: int, minimum: int) -> int:
+    """The integer in ``var`` (``WORLD_SIZE``…), ``default`` when unset or empty; a value that is
+    not an integer ``>= minimum`` is a :class:`ConfigError` naming the variable."""
+    raw = env.get(var)
+    if raw is None or not raw.strip():
+        return default
+    try:
+        value = int(raw.strip())
+    except ValueError:
+        value = minimum - 1
+    if value < minimum:
+        raise ConfigError(
+            "environment",
+            var,
+            raw,
+            f"an integer >= {minimum}",
+            source=f"environment variable {var}",
+        )
+    return value
 
 
 def handler_variable(handler: str, field: str) -> str:

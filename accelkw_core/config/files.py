@@ -90,6 +90,12 @@ def find_config(
     base = Path(cwd) if cwd is not None else Path.cwd()
     if chosen is not None:
         path = base / Path(chosen)
+        if path.is_dir():
+            raise ConfigFileError(
+                str(chosen),
+                f"is a directory, not a config file ({how}); give the path of a TOML file, "
+                f"such as {Path(chosen) / CONFIG_FILE}",
+            )
         if not path.is_file():
             raise ConfigFileError(str(chosen), f"no such config file ({how})")
         return path
@@ -103,10 +109,10 @@ def find_config(
 def _has_tool_table(path: Path) -> bool:
     # Cheap pre-check so an unrelated, even malformed, pyproject.toml is not an error.
     try:
-        text = path.read_text(encoding="utf-8")
+        data = path.read_bytes()  # bytes: a pyproject.toml that is not UTF-8 is not ours to judge
     except OSError:
         return False
-    return "tool.accelkw" in text
+    return b"tool.accelkw" in data
 
 
 def read_toml(path: Path) -> dict[str, Any]:
@@ -116,6 +122,16 @@ def read_toml(path: Path) -> dict[str, Any]:
             return tomllib.load(fh)
     except OSError as exc:
         raise ConfigFileError(str(path), f"cannot read: {exc.strerror or exc}") from None
+    except UnicodeDecodeError as exc:  # tomllib decodes the whole file as UTF-8 first
+        data = bytes(exc.object)
+        start = data.rfind(b"\n", 0, exc.start) + 1
+        raise ConfigFileError(
+            str(path),
+            f"not UTF-8 text (byte 0x{data[exc.start]:02x} cannot be decoded); "
+            "TOML files must be UTF-8: save it with that encoding",
+            line=data[: exc.start].count(b"\n") + 1,
+            column=exc.start - start + 1,
+        ) from None
     except tomllib.TOMLDecodeError as exc:
         # Python 3.14 adds lineno/colno; before that the position is only in the message.
         reason = str(exc)

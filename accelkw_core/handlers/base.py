@@ -24,14 +24,16 @@ def handler_field(
     gt: float | None = None,
     le: float | None = None,
     lt: float | None = None,
+    finite: bool = False,
 ) -> Any:
     """A dataclass field with documentation and an optional numeric range.
 
     The range (``ge``/``gt``/``le``/``lt``) is enforced by :meth:`KwargsHandler.from_mapping`
-    and by :meth:`KwargsHandler.validate`; ``doc`` feeds ``accelkw plugins show`` and the
-    generated documentation.
+    and by :meth:`KwargsHandler.validate`, and so is ``finite=True`` (no ``inf``/``nan``: a
+    one-sided range such as ``gt=0`` lets ``inf`` through); ``doc`` feeds ``accelkw plugins
+    show`` and the generated documentation.
     """
-    metadata = {"doc": doc, "ge": ge, "gt": gt, "le": le, "lt": lt}
+    metadata = {"doc": doc, "ge": ge, "gt": gt, "le": le, "lt": lt, "finite": finite}
     if default_factory is not _MISSING:
         return dataclasses.field(default_factory=default_factory, metadata=metadata)
     return dataclasses.field(default=default, metadata=metadata)

@@ -9,6 +9,7 @@ through :func:`~accelkw_core.handlers.base.handler_field`.
 from __future__ import annotations
 
 import dataclasses
+import math
 import typing
 from collections.abc import Mapping
 from typing import Any, TypeVar
@@ -30,6 +31,7 @@ class FieldSpec:
     default: Any
     doc: str
     ranges: dict[str, float]
+    finite: bool = False
 
 
 _SPECS: dict[type, dict[str, FieldSpec]] = {}
@@ -54,7 +56,12 @@ def field_specs(cls: type) -> dict[str, FieldSpec]:
         meta = f.metadata
         ranges = {k: meta[k] for k in ("ge", "gt", "le", "lt") if meta.get(k) is not None}
         specs[f.name] = FieldSpec(
-            f.name, hints.get(f.name, Any), default, meta.get("doc", ""), ranges
+            f.name,
+            hints.get(f.name, Any),
+            default,
+            meta.get("doc", ""),
+            ranges,
+            bool(meta.get("finite", False)),
         )
     _SPECS[cls] = specs
     return specs
@@ -127,7 +134,12 @@ def _coerce_field(
 
 
 def _check_range(label: str, spec: FieldSpec, value: Any) -> None:
-    if not spec.ranges or not isinstance(value, int | float) or isinstance(value, bool):
+    if not isinstance(value, int | float) or isinstance(value, bool):
+        return
+    if spec.finite and not math.isfinite(value):
+        within = f" {_range_text(spec.ranges)}" if spec.ranges else ""
+        raise ConfigError(label, spec.name, value, f"a finite number{within} (not inf or nan)")
+    if not spec.ranges:
         return
     r = spec.ranges
     ok = True
@@ -145,4 +157,9 @@ def _check_range(label: str, spec: FieldSpec, value: Any) -> None:
 
 def _range_text(r: Mapping[str, float]) -> str:
     words = {"ge": ">=", "gt": ">", "le": "<=", "lt": "<"}
-    return " and ".join(f"{words[k]} {v:g}" for k, v in r.items())
+    return " and ".join(f"{words[k]} {_number(v)}" for k, v in r.items())
+
+
+def _number(v: float) -> str:
+    # Whole bounds in full: 8796093022207 must not read as 8.79609e+12.
+    return str(int(v)) if float(v).is_integer() else f"{v:g}"

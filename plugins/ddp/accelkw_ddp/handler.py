@@ -98,7 +98,10 @@ class DistributedDataParallelKwargs(KwargsHandler):
         True, doc="Whether buffers are synchronised from rank 0 at wrap time and each forward."
     )
     bucket_cap_mb: int = handler_field(
-        25, ge=0, doc="Gradient bucket size in MiB: gradients are all-reduced per bucket."
+        25,
+        ge=0,
+        le=2**43 - 1,
+        doc="Gradient bucket size in MiB: gradients are all-reduced per bucket.",
     )
     find_unused_parameters: bool = handler_field(
         False,

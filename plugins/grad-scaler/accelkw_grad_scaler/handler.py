@@ -42,13 +42,14 @@ class GradScalerKwargs(KwargsHandler):
     after: ClassVar[tuple[str, ...]] = ("autocast",)
 
     init_scale: float = handler_field(
-        65536.0, doc="The scale factor losses are multiplied by at the start.", gt=0
+        65536.0, doc="The scale factor losses are multiplied by at the start.", gt=0, finite=True
     )
     growth_factor: float = handler_field(
         2.0,
         doc="What the scale is multiplied by after growth_interval steps without inf/NaN "
         "gradients.",
         gt=1,
+        finite=True,
     )
     backoff_factor: float = handler_field(
         0.5,
