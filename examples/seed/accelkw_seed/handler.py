@@ -2,15 +2,16 @@
 
 from __future__ import annotations
 
+import functools
 import importlib.util
 import os
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, ClassVar
+from typing import TYPE_CHECKING, ClassVar
 
-from accelkw_core import KwargsHandler, handler_field
+from accelkw_core.plugin import KwargsHandler, Plan, handler_field
 
 if TYPE_CHECKING:
-    from accelkw_core import AcceleratorState
+    from accelkw_core.plugin import AcceleratorState
 
 __all__ = ["SeedKwargs"]
 
@@ -25,7 +26,7 @@ _CUBLAS_VAR, _CUBLAS_VALUE = "CUBLAS_WORKSPACE_CONFIG", ":4096:8"
 class SeedKwargs(KwargsHandler):
     """Make a run repeatable: the same seed gives the same random numbers, run after run.
 
-    ``apply`` seeds Python's ``random``, NumPy's global generator (when NumPy is installed) and
+    Applied, it seeds Python's ``random``, NumPy's global generator (when NumPy is installed) and
     torch (every device) with ``seed``, plus the process rank when ``per_rank`` is on, so ranks
     draw different numbers (data order, dropout) yet each rank repeats itself. With
     ``deterministic``, torch switches to deterministic algorithms; the previous setting comes
@@ -69,28 +70,48 @@ class SeedKwargs(KwargsHandler):
             return f"seed {self.seed} + rank {state.rank}"
         return f"seed {self.seed}, the same on every rank"
 
-    def apply(self, state: AcceleratorState) -> None:
-        """Seed every generator; record the seed and what was (or could not be) seeded."""
+    def plan(self, state: AcceleratorState) -> Plan:
+        """Seed every generator, and with ``deterministic`` switch torch to deterministic mode.
+
+        Planning touches no generator and no setting: the seeding and the switch are actions
+        that run when the plan is carried out, each with a teardown for what it changes.
+        """
+        plan = Plan(self.name)
+        seed = self.effective_seed(state)
+        seeded = ["random", "torch"]
+        if importlib.util.find_spec("numpy") is None:
+            plan.note("numpy is not installed: not seeded")
+        else:
+            seeded.insert(1, "numpy")
+        plan.run(
+            functools.partial(self._seed, seed, tuple(seeded)),
+            f"seed {', '.join(seeded)} with {seed} ({self._origin(state)})",
+        )
+        if self.deterministic:
+            mode = "warn" if self.warn_only else "raise"
+            plan.run(
+                self._make_deterministic,
+                f"deterministic algorithms on ({mode} on a nondeterministic op), "
+                "cudnn.deterministic on, cudnn.benchmark off; restored when the run ends",
+            )
+            if state.device_type == "cuda":
+                self._plan_cublas(plan)
+        elif "warn_only" in self.explicit_fields():
+            plan.note("warn_only is not used: deterministic=False")
+        return plan
+
+    def _seed(self, seed: int, seeded: tuple[str, ...], state: AcceleratorState) -> None:
         import random
 
         import torch
 
-        seed = self.effective_seed(state)
         random.seed(seed)
         torch.manual_seed(seed)  # every device's generator, CUDA included
-        seeded = ["random", "torch"]
-        numpy = _import_numpy()
-        if numpy is None:
-            state.record(self.name, "numpy is not installed: not seeded", applied=False)
-        else:
+        if "numpy" in seeded:
+            import numpy
+
             numpy.random.seed(seed)
-            seeded.insert(1, "numpy")
-        state.extras[self.name] = {"seed": seed, "seeded": seeded}
-        state.record(self.name, f"seeded {', '.join(seeded)} with {seed} ({self._origin(state)})")
-        if self.deterministic:
-            self._make_deterministic(state)
-        elif "warn_only" in self.explicit_fields():
-            state.record(self.name, "warn_only is not used: deterministic=False", applied=False)
+        state.extras[self.name] = {"seed": seed, "seeded": list(seeded)}
 
     def _make_deterministic(self, state: AcceleratorState) -> None:
         import torch
@@ -111,49 +132,25 @@ class SeedKwargs(KwargsHandler):
             cudnn.deterministic, cudnn.benchmark = before[2], before[3]
 
         state.add_teardown(self.name, restore)
-        mode = "warn" if self.warn_only else "raise"
-        state.record(
-            self.name,
-            f"deterministic algorithms on ({mode} on a nondeterministic op), cudnn.deterministic "
-            "on, cudnn.benchmark off; restored when the run ends",
-        )
-        if state.device_type == "cuda":
-            self._configure_cublas(state)
 
-    def _configure_cublas(self, state: AcceleratorState) -> None:
+    def _plan_cublas(self, plan: Plan) -> None:
         current = os.environ.get(_CUBLAS_VAR)
         if current is not None:
-            state.record(self.name, f"{_CUBLAS_VAR}={current} kept (set by the user)")
+            plan.note(f"{_CUBLAS_VAR}={current} kept (set by the user)")
             return
-        os.environ[_CUBLAS_VAR] = _CUBLAS_VALUE
-
-        def unset() -> None:
-            os.environ.pop(_CUBLAS_VAR, None)
-
-        state.add_teardown(self.name, unset)
-        state.record(
-            self.name,
+        plan.run(
+            _set_cublas_workspace,
             f"set {_CUBLAS_VAR}={_CUBLAS_VALUE} (cuBLAS reads it when its handle is created: "
-            "build the Accelerator before any CUDA matmul)",
+            "build the Accelerator before any CUDA matmul); unset when the run ends",
         )
 
-    def describe(self, state: AcceleratorState) -> str:
-        """What ``apply`` would seed, without touching any generator."""
-        seeded = ["random", "torch"]
-        if importlib.util.find_spec("numpy") is not None:
-            seeded.insert(1, "numpy")
-        text = f"would seed {', '.join(seeded)} with {self.effective_seed(state)}"
-        text += f" ({self._origin(state)})"
-        if self.deterministic:
-            mode = "warn" if self.warn_only else "raise"
-            text += f"; deterministic algorithms on ({mode} on a nondeterministic op)"
-        return text
 
+def _set_cublas_workspace(state: AcceleratorState) -> None:
+    if _CUBLAS_VAR in os.environ:
+        return  # set by the user since the plan was made: theirs wins, and stays
+    os.environ[_CUBLAS_VAR] = _CUBLAS_VALUE
 
-def _import_numpy() -> Any:
-    # NumPy is optional: a run without it is seeded all the same, and the log says so.
-    try:
-        import numpy
-    except ImportError:
-        return None
-    return numpy
+    def unset() -> None:
+        os.environ.pop(_CUBLAS_VAR, None)
+
+    state.add_teardown(SeedKwargs.name, unset)

@@ -3,12 +3,13 @@
 from __future__ import annotations
 
 import dataclasses
+import importlib.metadata
 import os
 import random
 import sys
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
+from typing import Any, ClassVar
 
 import accelkw_seed
 import pytest
@@ -18,6 +19,7 @@ from accelkw_seed import SeedKwargs, plugin
 from accelkw_core import AcceleratorState, ConfigError
 from accelkw_core.runtime.composition import compose
 from accelkw_core.testing import (
+    HandlerContract,
     applied,
     apply_handler,
     isolated_registry,
@@ -83,7 +85,7 @@ def test_numpy_is_seeded_when_installed() -> None:
     a = np.random.rand(3).tolist()
     apply_handler(SeedKwargs(seed=7))
     assert np.random.rand(3).tolist() == a
-    assert state.messages("seed") == ["seeded random, numpy, torch with 7 (seed 7 + rank 0)"]
+    assert state.messages("seed") == ["seed random, numpy, torch with 7 (seed 7 + rank 0)"]
 
 
 def test_without_numpy_the_others_are_seeded_and_the_log_says_so(
@@ -96,7 +98,7 @@ def test_without_numpy_the_others_are_seeded_and_the_log_says_so(
     assert draws() == first
     assert [(e.message, e.applied) for e in state.log] == [
         ("numpy is not installed: not seeded", False),
-        ("seeded random, torch with 7 (seed 7 + rank 0)", True),
+        ("seed random, torch with 7 (seed 7 + rank 0)", True),
     ]
     assert state.extras["seed"] == {"seed": 7, "seeded": ["random", "torch"]}
 
@@ -163,13 +165,43 @@ def test_warn_only_without_deterministic_is_reported_not_ignored() -> None:
     assert state.teardowns == []
 
 
-def test_describe_touches_no_generator() -> None:
+def test_planning_touches_no_generator() -> None:
     py_before, torch_before = random.getstate(), torch.get_rng_state()
     state = make_state(world_size=2, rank=1)
-    text = SeedKwargs(seed=5, deterministic=True).describe(state)
+    handler = SeedKwargs(seed=5, deterministic=True)
+    plan = handler.plan(state)
+    text = handler.describe(state)
     assert random.getstate() == py_before and torch.equal(torch.get_rng_state(), torch_before)
     assert not torch.are_deterministic_algorithms_enabled() and state.log == []
+    assert state.extras == {} and state.teardowns == []
+    assert text == plan.summary()
     assert "with 6 (seed 5 + rank 1)" in text and "deterministic algorithms on (warn" in text
+    # What `accelkw plan` prints is what the run records.
+    apply_handler(handler, state)
+    try:
+        assert state.messages("seed") == [s.message for s in plan.steps]
+    finally:
+        state.run_teardowns()
+
+
+def test_on_cuda_the_cublas_workspace_is_set_and_unset_unless_the_user_set_it(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # Planned and applied on a CUDA state's facts; nothing here needs a GPU.
+    monkeypatch.delenv("CUBLAS_WORKSPACE_CONFIG", raising=False)
+    handler = SeedKwargs(deterministic=True)
+    with applied(handler, state=make_state(device_type="cuda")) as state:
+        assert os.environ["CUBLAS_WORKSPACE_CONFIG"] == ":4096:8"
+        assert any(
+            m.startswith("set CUBLAS_WORKSPACE_CONFIG=:4096:8") for m in state.messages("seed")
+        )
+    assert "CUBLAS_WORKSPACE_CONFIG" not in os.environ
+    monkeypatch.setenv("CUBLAS_WORKSPACE_CONFIG", ":16:8")
+    with applied(handler, state=make_state(device_type="cuda")) as state:
+        assert "CUBLAS_WORKSPACE_CONFIG=:16:8 kept (set by the user)" in state.messages("seed")
+    assert os.environ["CUBLAS_WORKSPACE_CONFIG"] == ":16:8"
+    plan = handler.plan(make_state())  # on CPU, cuBLAS is not mentioned
+    assert not any("CUBLAS" in s.message for s in plan.steps)
 
 
 @pytest.mark.parametrize(
@@ -195,6 +227,29 @@ def test_text_values_from_the_environment() -> None:
 def test_plugin_registers_the_handler() -> None:
     info = isolated_registry([plugin]).get("seed")
     assert info.cls is SeedKwargs
+
+
+def _installed(distribution: str) -> bool:
+    try:
+        importlib.metadata.distribution(distribution)
+    except importlib.metadata.PackageNotFoundError:
+        return False
+    return True
+
+
+class TestSeedContract(HandlerContract):
+    handler_class = SeedKwargs
+    plugin_module = "accelkw_seed.plugin"
+    examples: ClassVar = (
+        {"seed": 7},
+        {"seed": 0, "deterministic": True},
+        {"seed": 2**32 - 1, "per_rank": False, "deterministic": True, "warn_only": False},
+        {"warn_only": False},
+    )
+    # Tested from its source tree (see conftest.py); the installed entry point is checked too
+    # once the example is installed.
+    installed = _installed("accelkw-seed")
+    pyproject = EXAMPLE / "pyproject.toml"
 
 
 def test_a_seeded_training_step_repeats_exactly() -> None:
