@@ -251,7 +251,7 @@ def test_example_plugin_installs_lists_composes_and_uninstalls(venv: Venv, tmp_p
     assert result["core"].startswith(str(venv.root)), "the checkout's core was imported"
     first = result["first"]
     assert set(first["handlers"]) == handler_names  # the example and every installed built-in
-    assert "seed: seeded random, torch with 7 (seed 7 + rank 0)" in first["log"]
+    assert "seed: seed random, torch with 7 (seed 7 + rank 0)" in first["log"]
     assert "seed: numpy is not installed: not seeded" in first["log"]  # not in this venv
     assert first["deterministic_during"] and not result["deterministic_after"]
     assert result["same"], "two seeded steps gave different weights"
@@ -275,7 +275,7 @@ def test_scaffolded_plugin_installs_passes_its_tests_lists_and_uninstalls(venv: 
         "generated tests",
         [str(venv.python), "-m", "pytest", "-q", "-p", "no:cacheprovider", str(target / "tests")],
     )
-    assert "7 passed" in out
+    assert "15 passed" in out
 
     demo = venv.listing("list with demo")["demo_plugin"]
     assert (demo["distribution"], demo["version"], demo["status"]) == (

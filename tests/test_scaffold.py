@@ -180,4 +180,4 @@ def test_generated_tests_pass_with_the_distribution_on_the_path(tmp_path: Path) 
         timeout=120,
     )
     assert proc.returncode == 0, proc.stdout + proc.stderr
-    assert "7 passed" in proc.stdout
+    assert "15 passed" in proc.stdout

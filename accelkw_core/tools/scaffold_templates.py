@@ -44,7 +44,7 @@ __all__ = ["$cls"]
 HANDLER = '''\
 """``$cls``: the ``$name`` handler.
 
-Replace the example fields, ``apply`` and ``describe`` with your own.
+Replace the example fields, ``plan`` and ``StepCounter`` with your own.
 """
 
 from __future__ import annotations
@@ -52,14 +52,35 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, ClassVar
 
-from accelkw_core import KwargsHandler, handler_field
+# Everything a plugin needs from the core comes from this module, and only from it.
+from accelkw_core.plugin import KwargsHandler, Plan, handler_field
 
 if TYPE_CHECKING:
     # Type-only imports. At run time, import torch inside the methods that use
     # it, never at module level, so ``accelkw plugins list`` stays fast.
-    from accelkw_core import AcceleratorState
+    from accelkw_core.plugin import AcceleratorState, StepContext
 
-__all__ = ["$cls"]
+__all__ = ["$cls", "StepCounter"]
+
+
+class StepCounter:
+    """An example contribution: counts the optimizer steps that ran, saved with the run."""
+
+    def __init__(self, level: int) -> None:
+        self.level = level
+        self.steps = 0
+
+    def __call__(self, step: StepContext) -> None:
+        # The after_step point: called after every optimizer step, in composition order.
+        if not step.skipped:
+            self.steps += 1
+
+    def state_dict(self) -> dict[str, Any]:
+        # The checkpoint point: saved and loaded with the run by save_state/load_state.
+        return {"steps": self.steps}
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        self.steps = int(state["steps"])
 
 
 @dataclass
@@ -86,25 +107,25 @@ class $cls(KwargsHandler):
     enabled: bool = handler_field(True, doc="Whether the handler changes anything.")
     level: int = handler_field(1, ge=0, le=10, doc="An example setting, 0 to 10.")
 
-    def apply(self, state: AcceleratorState) -> None:
-        """Configure ``state`` and record what was done, or why nothing was."""
-        if not self.enabled:
-            state.record(self.name, "enabled=False, nothing applied", applied=False)
-            return
-        # Keep what you build in ``state.extras`` under your name; the built-in
-        # slots (autocast_factory, model_wrappers, grad_scaler, ...) are there too.
-        settings: dict[str, Any] = {"level": self.level, "rank": state.rank}
-        state.extras[self.name] = settings
-        # Undo what you changed: teardowns run on shutdown, and when a handler
-        # applied after this one fails.
-        state.add_teardown(self.name, lambda: state.extras.pop(self.name, None))
-        state.record(self.name, f"level {self.level} on rank {state.rank}")
+    def plan(self, state: AcceleratorState) -> Plan:
+        """What this handler does on ``state``: its contributions, or why there are none.
 
-    def describe(self, state: AcceleratorState) -> str:
-        """What ``apply`` would do on ``state``, without doing it (``accelkw plan``)."""
+        ``accelkw plan`` prints the plan and ``apply`` carries it out, so planning has no
+        side effects: build what you contribute here, change nothing.
+        """
+        plan = Plan(self.name)
         if not self.enabled:
-            return "enabled=False, nothing would be applied"
-        return f"would set level {self.level} on rank {state.rank}"
+            return plan.note("enabled=False, nothing applied")
+        # Take part in the run through the extension points (accelkw_core.plugin.POINTS):
+        # forward_context, model_wrapper, optimizer_wrapper, around_step, after_step,
+        # checkpoint, teardown, ... To change something outside the run (a global setting),
+        # use plan.run(action, message) and undo it from a teardown the action registers.
+        counter = StepCounter(self.level)
+        plan.contribute(
+            "after_step", counter, f"level {self.level}: count optimizer steps on rank {state.rank}"
+        )
+        plan.contribute("checkpoint", counter, "the step count is saved with the run")
+        return plan
 '''
 
 PLUGIN = '''\
@@ -117,7 +138,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-from accelkw_core import KwargsHandler, hookimpl
+from accelkw_core.plugin import KwargsHandler, hookimpl
 
 from $package.handler import $cls
 
@@ -139,36 +160,49 @@ Run them after installing the folder: ``pip install -e .`` then ``pytest tests``
 from __future__ import annotations
 
 import pytest
-from accelkw_core import ConfigError, Registry
-from accelkw_core.testing import applied, apply_handler, isolated_registry, make_state
+from accelkw_core import Registry
+from accelkw_core.plugin import ConfigError, StepContext
+from accelkw_core.testing import HandlerContract, apply_handler, isolated_registry, make_state
 
 from $package import $cls, plugin
+from $package.handler import StepCounter
 
 
-def test_apply_records_what_it_did() -> None:
-    state = apply_handler($cls(level=3), make_state(world_size=2, rank=1))
-    assert state.extras["$name"] == {"level": 3, "rank": 1}
-    assert state.messages("$name") == ["level 3 on rank 1"]
+def test_apply_contributes_what_the_plan_says() -> None:
+    handler = $cls(level=3)
+    plan = handler.plan(make_state(world_size=2, rank=1))
+    state = apply_handler(handler, make_state(world_size=2, rank=1))
+    (counter,) = state.values("after_step")
+    assert isinstance(counter, StepCounter) and counter.level == 3
+    assert state.keyed("checkpoint") == {"$name": counter}
+    assert state.messages("$name") == [s.message for s in plan.steps]
+    assert state.messages("$name")[0] == "level 3: count optimizer steps on rank 1"
+
+
+def test_the_counter_counts_the_steps_that_ran_and_is_saved() -> None:
+    counter = StepCounter(level=1)
+    ran, skipped = StepContext(None, None, 0), StepContext(None, None, 1)
+    ran.skipped = False
+    counter(ran)
+    counter(skipped)
+    assert counter.steps == 1
+    restored = StepCounter(level=1)
+    restored.load_state_dict(counter.state_dict())
+    assert restored.steps == 1
 
 
 def test_disabled_handler_says_why_it_did_nothing() -> None:
     state = apply_handler($cls(enabled=False))
-    assert "$name" not in state.extras
+    assert state.values("after_step") == [] and state.keyed("checkpoint") == {}
     assert [(e.message, e.applied) for e in state.log] == [
         ("enabled=False, nothing applied", False)
     ]
 
 
-def test_teardown_undoes_apply() -> None:
-    with applied($cls()) as state:
-        assert "$name" in state.extras
-    assert "$name" not in state.extras
-
-
-def test_describe_changes_nothing() -> None:
+def test_planning_changes_nothing() -> None:
     state = make_state()
-    assert "level 1" in $cls().describe(state)
-    assert state.extras == {} and state.log == []
+    assert "level 1" in $cls().plan(state).summary()
+    assert state.values("after_step") == [] and state.log == []
 
 
 def test_invalid_value_names_the_field() -> None:
@@ -187,6 +221,17 @@ def test_installed_entry_point_is_discovered() -> None:
     info = Registry(env={}).get("$name")
     assert info.cls is $cls
     assert info.distribution == "$dist"
+
+
+class Test${cls}Contract(HandlerContract):
+    """The checks every handler plugin passes (accelkw_core.testing.HandlerContract).
+
+    The entry-point check fails until the distribution is installed (``pip install -e .``).
+    """
+
+    handler_class = $cls
+    plugin_module = "$package.plugin"
+    examples = ({"level": 3}, {"enabled": False}, {"level": 0, "enabled": True})
 '''
 
 README = """\
@@ -225,9 +270,12 @@ passes their own instance; turn it off with `ACCELKW_DISABLE_PLUGINS=$name`.
 ## Layout
 
 - `pyproject.toml`: the distribution; `[project.entry-points.accelkw]` names `$package.plugin`.
-- `$package/handler.py`: `$cls`, a dataclass with `apply(state)` and `describe(state)`.
+- `$package/handler.py`: `$cls`, a dataclass whose `plan(state)` says what it contributes
+  to the run's extension points (here `after_step` and `checkpoint`); `accelkw plan` prints
+  that plan and `apply(state)` carries it out. It imports only from `accelkw_core.plugin`.
 - `$package/plugin.py`: the `accelkw_register_handlers` hook that registers it.
-- `tests/test_$name.py`: tests built on `accelkw_core.testing`.
+- `tests/test_$name.py`: tests built on `accelkw_core.testing`, including
+  `Test${cls}Contract`, the contract every handler plugin passes (`HandlerContract`).
 
 ## Test
 
