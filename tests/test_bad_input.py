@@ -12,6 +12,7 @@ import pytest
 
 from accelkw_core.config.environment import env_int
 from accelkw_core.config.files import find_config, load_config
+from accelkw_core.discovery.hookspecs import hookimpl
 from accelkw_core.errors import ConfigError, ConfigFileError
 from accelkw_core.handlers.base import KwargsHandler, handler_field
 from accelkw_core.handlers.validation import build_handler
@@ -87,3 +88,43 @@ def test_env_int_names_the_variable() -> None:
             f"environment variable WORLD_SIZE: environment.WORLD_SIZE: got {raw!r}, "
             "expected an integer >= 1"
         )
+
+
+def _resolve(tmp_path: Path, toml: str) -> None:
+    from accelkw_core.config.settings import resolve_settings
+    from accelkw_core.discovery.registry import Registry
+
+    (tmp_path / "accelkw.toml").write_text(toml)
+    registry = Registry(autoload=False)
+    registry.register_plugin(ClipPlugin())
+    resolve_settings(registry=registry, cwd=tmp_path, env={})
+
+
+class ClipPlugin:
+    @hookimpl
+    def accelkw_register_handlers(self, register: object) -> None:
+        register(ClipKwargs)  # type: ignore[operator]
+
+
+def test_disabling_an_unknown_name_says_so_instead_of_advising_an_install(tmp_path: Path) -> None:
+    with pytest.raises(ConfigError) as caught:
+        _resolve(tmp_path, "[plugins]\ndisable = ['nope']\n")
+    assert caught.value.expected == (
+        "names of installed handlers: clip; no handler 'nope' is installed, so there is "
+        "nothing to disable: remove it from the list"
+    )
+    assert "install" not in caught.value.expected.replace("installed", "")
+    with pytest.raises(ConfigError) as caught:
+        _resolve(tmp_path, "[plugins]\ndisable = ['clp']\n")
+    assert caught.value.suggestion == "clip"
+
+
+def test_a_table_left_by_an_uninstalled_plugin_names_the_table_and_the_fix(tmp_path: Path) -> None:
+    with pytest.raises(ConfigError) as caught:
+        _resolve(tmp_path, "[handlers.profile]\nwith_stack = true\n")
+    message = str(caught.value)
+    assert message == (
+        f"{tmp_path / 'accelkw.toml'} [handlers]: handlers.profile: got '[handlers.profile]', "
+        "expected an installed handler: clip; no installed plugin provides 'profile' (was it "
+        "uninstalled?): pip install accelkw-profile, or remove the [handlers.profile] table"
+    )

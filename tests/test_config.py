@@ -260,7 +260,8 @@ BAD_FILES = [
     (
         "[plugins]\ndisable = ['profile']\n",
         r"plugins.disable: got 'profile', expected names of installed handlers: cast, ddp, knobs, "
-        r"process_group, scale; or pip install accelkw-profile",
+        r"process_group, scale; no handler 'profile' is installed, so there is nothing to "
+        r"disable: remove it from the list",
     ),
     ("[plugins]\nonly = []\n", r"plugins.only: got \[\], expected one of the keys enable, disable"),
 ]

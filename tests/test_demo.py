@@ -20,8 +20,11 @@ def installed(*modules: str) -> bool:
     return all(importlib.util.find_spec(m) is not None for m in modules)
 
 
-def demo(*args: str, cwd: Path) -> tuple[subprocess.CompletedProcess[str], float]:
+def demo(
+    *args: str, cwd: Path, extra_env: dict[str, str] | None = None
+) -> tuple[subprocess.CompletedProcess[str], float]:
     env = {k: v for k, v in os.environ.items() if not k.startswith("ACCELKW_")}
+    env.update(extra_env or {})
     start = time.monotonic()
     out = subprocess.run(
         [sys.executable, "-m", "accelkw_core", "demo", *args],
@@ -69,18 +72,37 @@ def test_the_demo_trains_on_two_processes_and_summarises(tmp_path: Path) -> None
 
 
 def test_the_demo_follows_a_config_and_prints_json(tmp_path: Path) -> None:
+    # An integration test: the trace below needs the profile plugin, imported, never skipped.
+    import accelkw_profile  # noqa: F401
+
     (tmp_path / "demo.toml").write_text(
         '[accelerator]\nmixed_precision = "no"\n[plugins]\ndisable = []\n'
     )
+    temp = tmp_path / "tmp"
+    temp.mkdir()
     out, _ = demo(
-        "--config", "demo.toml", "--nproc-per-node", "1", "--steps", "5", "--json", cwd=tmp_path
+        "--config",
+        "demo.toml",
+        "--nproc-per-node",
+        "1",
+        "--steps",
+        "5",
+        "--json",
+        cwd=tmp_path,
+        extra_env={"TMPDIR": str(temp)},
     )
     assert out.returncode == 0, out.stderr[-3000:]
-    summary = json.loads(out.stdout[out.stdout.index("\n{") :])
+    summary = json.loads(out.stdout)  # stdout is the JSON alone
+    assert "accelkw demo: MLP on synthetic data" in out.stderr  # progress went to stderr
+    assert re.search(r"^step +5/5 +loss", out.stderr, re.M)
     assert summary["world_size"] == 1 and summary["steps"] == 5
     assert summary["mixed_precision"] == "no"  # the config's choice, not the demo's bf16
     assert summary["param_spread"] == 0.0
     assert [step for step, _ in summary["losses"]] == [1, 5]
+    # The traces went to a temporary folder, which the run removed.
+    assert summary["traces"] == ["profile_0.json"] and summary["trace_kept"] is False
+    # (torch may leave its own caches there; nothing of the demo's remains.)
+    assert [p.name for p in temp.iterdir() if p.name.startswith("accelkw")] == []
 
 
 def test_a_bad_demo_config_fails_before_any_worker_starts(tmp_path: Path) -> None:

@@ -23,16 +23,31 @@ def add_parser(sub: Any) -> None:
         "export a profiler trace when the profile plugin is installed, and summarise.",
     )
     demo.add_argument("--config", help="config file for the run (sets ACCELKW_CONFIG)")
-    demo.add_argument("--nproc-per-node", "--nproc_per_node", type=int, default=2)
+    demo.add_argument(
+        "--nproc-per-node",
+        "--nproc_per_node",
+        type=int,
+        default=2,
+        metavar="N",
+        help="processes to train on, each on one CPU thread (default 2)",
+    )
     demo.add_argument("--steps", type=int, default=60, help="optimizer steps (default 60)")
-    demo.add_argument("--trace-dir", help="where the profiler trace goes (default: a temp dir)")
+    demo.add_argument(
+        "--trace-dir",
+        help="where the profiler traces are written and kept (default: a temporary folder, "
+        "removed at the end of the run)",
+    )
     demo.add_argument(
         "--mixed-precision",
         choices=("no", "fp16", "bf16"),
         help="default: the config's or ACCELKW_MIXED_PRECISION, else bf16",
     )
     demo.add_argument("--gpu", action="store_true", help="train on CUDA when available")
-    demo.add_argument("--json", action="store_true", help="print the summary as JSON")
+    demo.add_argument(
+        "--json",
+        action="store_true",
+        help="print only the summary, as JSON, on stdout (progress goes to stderr)",
+    )
     demo.set_defaults(func=cmd_demo)
 
 
@@ -44,17 +59,18 @@ def _tracer(settings: Any) -> Any:
     return None
 
 
-def _trace_dir(args: argparse.Namespace, tracer: Any) -> str | None:
+def _trace_dir(args: argparse.Namespace, tracer: Any) -> tuple[str | None, bool]:
+    """Where the traces go, and whether that is a temporary folder to remove after the run."""
     if tracer is None:
-        return None
+        return None, False
     if args.trace_dir:
-        return os.path.abspath(str(args.trace_dir))
+        return os.path.abspath(str(args.trace_dir)), False
     configured = tracer.handler.output_trace_dir
     if configured:
-        return os.path.abspath(str(configured))
+        return os.path.abspath(str(configured)), False
     import tempfile
 
-    return tempfile.mkdtemp(prefix="accelkw-demo-trace-")
+    return tempfile.mkdtemp(prefix="accelkw-demo-trace-"), True
 
 
 def cmd_demo(args: argparse.Namespace) -> int:
@@ -78,7 +94,7 @@ def cmd_demo(args: argparse.Namespace) -> int:
     # is meant to be read, so it stays quiet unless the user chose a log level.
     env.setdefault("KINETO_LOG_LEVEL", "99")
     tracer = _tracer(settings)
-    trace_dir = _trace_dir(args, tracer)
+    trace_dir, temporary = _trace_dir(args, tracer)
     if trace_dir is not None:
         env[f"ACCELKW_{tracer.name.upper()}__OUTPUT_TRACE_DIR"] = trace_dir
     mixed = args.mixed_precision
@@ -95,22 +111,33 @@ def cmd_demo(args: argparse.Namespace) -> int:
     cmd, env = build_command(launch, "accelkw_core.tools.demo", script, module=True, env=env)
     names = ", ".join(h.name for h in settings.handlers) or "none installed"
     device = "CUDA" if args.gpu else "CPU"
+    # With --json, stdout carries the JSON alone: the progress (ours and the workers') goes
+    # to stderr.
+    progress = sys.stderr if args.json else sys.stdout
     print(
         f"accelkw demo: MLP on synthetic data, {args.nproc_per_node} {device} process(es), "
         f"{args.steps} steps; handlers: {names}",
+        file=progress,
         flush=True,
     )
     try:
-        code = run_child(cmd, env, direct=args.nproc_per_node == 1)
+        code = run_child(
+            cmd, env, direct=args.nproc_per_node == 1, stdout=progress if args.json else None
+        )
         if code != 0:
             print(f"accelkw demo: the training run failed (exit status {code})", file=sys.stderr)
             return code
         with open(summary_file, encoding="utf-8") as fh:
             summary = json.load(fh)
+        summary["trace_dir"] = trace_dir
+        summary["traces"] = sorted(os.listdir(trace_dir)) if trace_dir else []
+        summary["trace_kept"] = bool(trace_dir) and not temporary
     finally:
         os.unlink(summary_file)
-    summary["trace_dir"] = trace_dir
-    summary["traces"] = sorted(os.listdir(trace_dir)) if trace_dir else []
+        if temporary and trace_dir is not None:
+            import shutil
+
+            shutil.rmtree(trace_dir, ignore_errors=True)
     if args.json:
         print_json(summary)
     else:
@@ -145,6 +172,12 @@ def format_summary(summary: dict[str, Any]) -> str:
     lines.append(f"  parameters:      {sync}")
     if summary.get("trace_dir") is None:
         lines.append("  trace:           none (no profiler installed: pip install accelkw-profile)")
+    elif summary["traces"] and not summary.get("trace_kept", True):
+        files = ", ".join(summary["traces"])
+        lines.append(
+            f"  trace:           {files}, written to a temporary folder and removed "
+            "(--trace-dir DIR keeps them)"
+        )
     elif summary["traces"]:
         files = ", ".join(summary["traces"])
         lines.append(f"  trace:           {summary['trace_dir']} ({files})")

@@ -30,9 +30,14 @@ RUN_VARIABLES = (
 
 def add_parser(sub: Any) -> None:
     env = sub.add_parser(
-        "env", help="versions, plugins, devices, backends and variables, for bug reports"
+        "env",
+        help="versions, plugins, devices, backends and variables, for bug reports",
+        description="Print what a bug report needs: the versions of Python, torch and "
+        "accelkw-core, every plugin with its distribution, version and status, the devices and "
+        "distributed backends torch sees, and the ACCELKW_* and torchrun variables that are "
+        "set. Paste the output into the report.",
     )
-    env.add_argument("--json", action="store_true", help="print JSON")
+    env.add_argument("--json", action="store_true", help="print the same facts as JSON")
     env.set_defaults(func=cmd_env)
 
 

@@ -180,7 +180,9 @@ def check_launch_options(args: argparse.Namespace) -> None:
         _int(port, "--rdzv-endpoint", 1, 65535)
 
 
-def run_child(cmd: Sequence[str], env: Mapping[str, str], *, direct: bool = False) -> int:
+def run_child(
+    cmd: Sequence[str], env: Mapping[str, str], *, direct: bool = False, stdout: Any = None
+) -> int:
     """Run ``cmd``, forwarding SIGINT/SIGTERM/SIGHUP to it; return its exit status (128+N).
 
     torchrun runs in its own process group, so a terminal's Ctrl-C reaches only this process,
@@ -194,7 +196,8 @@ def run_child(cmd: Sequence[str], env: Mapping[str, str], *, direct: bool = Fals
 
     A ``direct`` single-process run stays in the terminal's group so it can read the terminal
     (pdb, input()); there a Ctrl-C already reaches it, so SIGINT is forwarded only when stdin is
-    not a terminal (a signal sent to this process alone).
+    not a terminal (a signal sent to this process alone). ``stdout``: where the child's
+    standard output goes (a file object or descriptor; ``None``: this process's).
     """
     import signal
     import subprocess
@@ -212,7 +215,9 @@ def run_child(cmd: Sequence[str], env: Mapping[str, str], *, direct: bool = Fals
         signal.signal(signal.SIGINT, signal.SIG_DFL)
 
     popen_kwargs: dict[str, Any] = {} if direct else {"process_group": 0}
-    proc = subprocess.Popen(list(cmd), env=dict(env), preexec_fn=tie_to_launcher, **popen_kwargs)
+    proc = subprocess.Popen(
+        list(cmd), env=dict(env), stdout=stdout, preexec_fn=tie_to_launcher, **popen_kwargs
+    )
     forwarded = [signal.SIGTERM]
     if hasattr(signal, "SIGHUP"):
         forwarded.append(signal.SIGHUP)

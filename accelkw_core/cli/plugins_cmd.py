@@ -38,7 +38,9 @@ def add_parser(sub: Any) -> None:
     new.add_argument(
         "--dir",
         metavar="PATH",
-        help="the folder to create (default: ./accelkw-NAME); it must not exist or be empty",
+        help="the folder to create (default: ./accelkw-NAME, with NAME's underscores as "
+        "dashes: plugins new grad_clip creates ./accelkw-grad-clip); it must not exist or be "
+        "empty",
     )
     new.set_defaults(func=cmd_new)
 
@@ -133,6 +135,8 @@ def cmd_list(args: argparse.Namespace) -> int:
 
 
 def cmd_show(args: argparse.Namespace) -> int:
+    import inspect
+
     from accelkw_core.discovery.registry import get_registry
     from accelkw_core.errors import PluginError, UnknownHandlerError
 
@@ -156,7 +160,7 @@ def cmd_show(args: argparse.Namespace) -> int:
         "distribution": info.distribution,
         "version": info.version,
         "after": list(cls.after),
-        "doc": (cls.__doc__ or "").strip(),
+        "doc": inspect.cleandoc(cls.__doc__ or ""),
         "fields": fields,
         "core_range": record.core_range if record is not None else None,
         "note": note,
@@ -177,7 +181,7 @@ def cmd_show(args: argparse.Namespace) -> int:
     if data["doc"]:
         print()
         for line in str(data["doc"]).splitlines():
-            print(f"  {line.strip()}")
+            print(f"  {line}".rstrip())  # indentation kept: examples stay readable
     print()
     rows = [[f["name"], f["type"], repr(f["default"]), f["doc"]] for f in fields]
     print(table(["FIELD", "TYPE", "DEFAULT", "DOC"], rows))

@@ -214,13 +214,20 @@ def _warn_unknown_variables(env: Mapping[str, str], classes: Mapping[str, type])
 
 def _unknown(name: str, known: list[str], source: str, what: str) -> None:
     hint = suggest(name, known)
+    # No close match: most often a table or variable left behind when a plugin was removed.
+    fix = f"remove the {what} table" if what.startswith("[") else f"unset {what}"
     raise ConfigError(
         "handlers",
         name,
         what,
         "an installed handler: "
         + (", ".join(known) or "none installed")
-        + (f"; or {install_hint(name)}" if hint is None else ""),
+        + (
+            f"; no installed plugin provides {name!r} (was it uninstalled?): "
+            f"{install_hint(name)}, or {fix}"
+            if hint is None
+            else ""
+        ),
         suggestion=hint,
         source=source,
     )
@@ -233,14 +240,22 @@ def _disabled(
     for key, names in (("enable", cfg.enable or []), ("disable", cfg.disable)):
         for name in names:
             if name not in known:
+                hint = suggest(name, known)
+                # Disabling what is not installed needs no install: the name is a typo or stale.
+                fix = (
+                    f"; no handler {name!r} is installed, so there is nothing to disable: "
+                    "remove it from the list"
+                    if key == "disable"
+                    else f"; or {install_hint(name)}"
+                )
                 raise ConfigError(
                     "plugins",
                     key,
                     name,
                     "names of installed handlers: "
                     + (", ".join(known) or "none installed")
-                    + ("" if suggest(name, known) else f"; or {install_hint(name)}"),
-                    suggestion=suggest(name, known),
+                    + ("" if hint else fix),
+                    suggestion=hint,
                     source=cfg.where("plugins"),
                 )
     reasons = {n: f"listed in [plugins] disable of {cfg.label}" for n in cfg.disable}

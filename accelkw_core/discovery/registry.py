@@ -470,6 +470,8 @@ class Registry:
 def _exc_text(exc: BaseException) -> str:
     if isinstance(exc, SyntaxError):
         return f"{exc.msg} ({exc.filename}, line {exc.lineno})"
+    if isinstance(exc, SystemExit):  # str() of SystemExit(3) is a bare "3"
+        return f"SystemExit({exc.code!r}) at import: the module called sys.exit()"
     # One line, so a status fits a table row; pluggy's validation messages span several.
     return " ".join(str(exc).split()) or type(exc).__name__
 
