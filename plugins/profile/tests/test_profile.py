@@ -315,6 +315,21 @@ def test_describe_shows_an_activity_this_machine_lacks() -> None:
     assert ProfileKwargs(activities=["cpu"]).describe(make_state()).startswith("rank 0 profiles")
 
 
+@pytest.mark.skipif(torch.cuda.is_available(), reason="needs a machine without CUDA")
+def test_an_activity_this_machine_lacks_fails_when_profile_is_entered() -> None:
+    # As in Accelerate: the run is set up, and profile() raises, rather than running unprofiled.
+    state = apply_handler(ProfileKwargs(activities=["cpu", "cuda"]), make_state())
+    factory = profiler_of(state)
+    with pytest.raises(ConfigError, match="an activity this machine supports"), factory():
+        pytest.fail("profiling must not start with an activity this machine lacks")
+    # An unselected rank never builds a profiler, so it does not fail.
+    other = apply_handler(
+        ProfileKwargs(activities=["cuda"], profile_ranks=[0]), make_state(rank=1, world_size=2)
+    )
+    with profiler_of(other)() as prof:
+        assert isinstance(prof, NoOpProfiler)
+
+
 class TestProfileContract(HandlerContract):
     handler_class = ProfileKwargs
     plugin_module = "accelkw_profile.plugin"
