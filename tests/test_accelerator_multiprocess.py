@@ -13,7 +13,6 @@ import runtime_helpers as rh
 from accelkw_core.testing import run_workers
 
 pytestmark = pytest.mark.multiprocess
-pytest.importorskip("torch")
 
 
 def test_gather_reduce_barrier_prepare_and_teardown_across_two_processes() -> None:

@@ -24,7 +24,7 @@ from typing import Any
 
 import pytest
 
-from accelkw_core.testing import run_workers
+from accelkw_core.testing import free_port, run_workers
 from tests.conftest import good_plugin, run_accelkw, run_python, write_dist
 
 # A good plugin whose apply sets an environment variable (a process-wide change) and whose
@@ -344,7 +344,8 @@ def test_broken_plugin_matrix(site: Path, name: str) -> None:
 
 
 def test_a_clash_with_a_built_in_name_is_a_conflict_not_an_override(site: Path) -> None:
-    pytest.importorskip("accelkw_autocast")
+    import accelkw_autocast  # noqa: F401  (integration: a broken install fails, never skips)
+
     write_dist(
         site, "acme-autocast", {"fake": "acme_fake"}, {"acme_fake.py": good_plugin("autocast")}
     )
@@ -363,8 +364,13 @@ def test_a_clash_with_a_built_in_name_is_a_conflict_not_an_override(site: Path) 
 # -- a failing apply after a real process group was created ------------------------------------
 
 
-def group_then_explode(rank: int, site: str) -> dict[str, Any]:
-    """Compose a 2-process run whose last handler raises; report what is left afterwards."""
+def group_then_explode(rank: int, site: str, second_port: int) -> dict[str, Any]:
+    """Compose a 2-process run whose last handler raises; report what is left afterwards.
+
+    It rendezvouses twice; the second time on ``second_port``: a second store on the first
+    port can meet the first one still closing (a TCPStore error, then a 30 s timeout).
+    """
+    import os
     import sys
     from datetime import timedelta
 
@@ -384,6 +390,7 @@ def group_then_explode(rank: int, site: str) -> dict[str, Any]:
     from accelkw_core import AcceleratorState
     from accelkw_core.runtime.composition import compose
 
+    os.environ["MASTER_PORT"] = str(second_port)
     state = AcceleratorState.from_env(cpu=True)
     try:
         compose(state, [handler])
@@ -426,9 +433,10 @@ LATE_EXPLODER = (
 
 @pytest.mark.multiprocess
 def test_apply_error_after_the_group_was_created_destroys_it(site: Path) -> None:
-    pytest.importorskip("accelkw_process_group")
+    import accelkw_process_group  # noqa: F401  (integration: a broken install fails, never skips)
+
     write_dist(site, "acme-late", {"late": "acme_late"}, {"acme_late.py": LATE_EXPLODER})
-    results = run_workers(group_then_explode, 2, args=(str(site),), timeout=120)
+    results = run_workers(group_then_explode, 2, args=(str(site), free_port()), timeout=120)
     ddp_installed = importlib.util.find_spec("accelkw_ddp") is not None
     for result in results:
         assert result["error"] is not None
