@@ -17,6 +17,7 @@ __all__ = [
     "IncompatiblePluginWarning",
     "MissingPluginWarning",
     "PluginError",
+    "PointConflictError",
     "RequirementError",
     "ScaffoldError",
     "UnknownHandlerError",
@@ -128,6 +129,36 @@ class UnknownHandlerError(AccelkwError, LookupError):
 
 class ComposeError(AccelkwError, ValueError):
     """The handlers cannot be composed: duplicates, an ordering cycle, a non-handler object."""
+
+
+class PointConflictError(ComposeError):
+    """Two handlers contributed to an extension point (or key) that takes only one contribution.
+
+    Carries ``point``, ``first`` and ``second`` as ``(handler, distribution)`` pairs, and ``key``
+    for a keyed point.
+    """
+
+    def __init__(
+        self,
+        point: str,
+        first: tuple[str, str | None],
+        second: tuple[str, str | None],
+        key: str | None = None,
+    ) -> None:
+        self.point = point
+        self.first = first
+        self.second = second
+        self.key = key
+
+        def who(pair: tuple[str, str | None]) -> str:
+            return f"{pair[0]!r} ({pair[1] or 'code passed directly, no distribution'})"
+
+        what = f"extension point {point!r}" + (f" key {key!r}" if key is not None else "")
+        super().__init__(
+            f"{what} takes one contribution, but handlers {who(first)} and {who(second)} "
+            f"both contribute to it; disable one of them ([plugins] disable, or "
+            f"ACCELKW_DISABLE_PLUGINS) or uninstall its distribution"
+        )
 
 
 class HandlerApplyError(AccelkwError):

@@ -1,7 +1,8 @@
 """Handlers and worker functions for the runtime tests, written against the core only.
 
-They fill the state's slots the way the built-in plugins do (autocast factory, grad scaler,
-model wrapper, process group), so the runtime is tested with no plugin installed. Workers live
+They contribute to the extension points the way the built-in plugins do (forward context,
+backward and around-step through a grad scaler, model wrapper, process group), so the runtime is
+tested with no plugin installed. Workers live
 here, in a plain module, because ``run_workers`` unpickles its target by module name.
 """
 
@@ -18,7 +19,7 @@ from typing import Any, ClassVar, Literal
 
 import pytest
 
-from accelkw_core import KwargsHandler, handler_field, hookimpl
+from accelkw_core.plugin import KwargsHandler, Plan, StepContext, handler_field, hookimpl
 
 RUN_VARIABLES = (
     "RANK",
@@ -53,9 +54,12 @@ class CastKwargs(KwargsHandler):
             return contextlib.nullcontext()
         return torch.autocast("cpu", dtype=torch.bfloat16, enabled=self.enabled)
 
-    def apply(self, state: Any) -> None:
-        state.autocast_factory = functools.partial(self.context, state)
-        state.record(self.name, f"autocast enabled={self.enabled}")
+    def plan(self, state: Any) -> Plan:
+        return Plan(self.name).contribute(
+            "forward_context",
+            functools.partial(self.context, state),
+            f"autocast enabled={self.enabled}",
+        )
 
 
 @dataclass
@@ -65,14 +69,30 @@ class ScaleKwargs(KwargsHandler):
     name: ClassVar[str] = "scale"
     init_scale: float = handler_field(2.0**16, doc="first scale", gt=0)
 
-    def apply(self, state: Any) -> None:
+    def plan(self, state: Any) -> Plan:
+        plan = Plan(self.name)
         if state.mixed_precision != "fp16":
-            state.record(self.name, "no scaler", applied=False)
-            return
+            return plan.note("no scaler")
         import torch
 
-        state.grad_scaler = torch.amp.GradScaler("cpu", init_scale=self.init_scale)
-        state.record(self.name, f"scaler init_scale={self.init_scale}")
+        scaler = torch.amp.GradScaler("cpu", init_scale=self.init_scale)
+
+        def backward(loss: Any, **kwargs: Any) -> None:
+            scaler.scale(loss).backward(**kwargs)
+
+        def around(step: StepContext, proceed: Callable[[], Any]) -> Any:
+            # Public GradScaler calls only: unscale, step when finite, update.
+            scaler.unscale_(step.optimizer)
+            grads = [p.grad for g in step.optimizer.param_groups for p in g["params"]]
+            finite = all(bool(torch.isfinite(g).all()) for g in grads if g is not None)
+            result = proceed() if finite else None
+            scaler.update()
+            return result
+
+        plan.contribute("backward", backward, f"scaler init_scale={self.init_scale}")
+        plan.contribute("around_step", around, "steps unscaled, skipped on inf")
+        plan.contribute("attribute", scaler, "accelerator.scaler", key="scaler")
+        return plan.contribute("checkpoint", scaler, "scaler saved with the run")
 
 
 @dataclass
@@ -85,10 +105,12 @@ class GroupKwargs(KwargsHandler):
     name: ClassVar[str] = "process_group"
     timeout_s: int = handler_field(60, doc="seconds", ge=1)
 
-    def apply(self, state: Any) -> None:
+    def plan(self, state: Any) -> Plan:
         if state.world_size == 1:
-            state.record(self.name, "world size 1", applied=False)
-            return
+            return Plan(self.name).note("world size 1")
+        return Plan(self.name).run(self._create, "gloo group", provides=("process_group",))
+
+    def _create(self, state: Any) -> None:
         import torch.distributed as dist
 
         dist.init_process_group(
@@ -98,7 +120,6 @@ class GroupKwargs(KwargsHandler):
             timeout=timedelta(seconds=self.timeout_s),
         )
         state.add_teardown(self.name, dist.destroy_process_group)
-        state.record(self.name, "gloo group")
 
 
 @dataclass
@@ -109,19 +130,20 @@ class SyncKwargs(KwargsHandler):
     after: ClassVar[tuple[str, ...]] = ("process_group",)
     bucket_cap_mb: int = handler_field(25, doc="bucket size", ge=1)
 
-    def apply(self, state: Any) -> None:
+    def plan(self, state: Any) -> Plan:
         if state.world_size == 1:
-            state.record(self.name, "world size 1", applied=False)
-            return
-        import torch
+            return Plan(self.name).note("world size 1")
 
         def wrap(model: Any) -> Any:
+            import torch
+
             return torch.nn.parallel.DistributedDataParallel(
                 model, bucket_cap_mb=self.bucket_cap_mb
             )
 
-        state.model_wrappers.append((self.name, wrap))
-        state.record(self.name, "models wrapped in DDP")
+        return Plan(self.name).contribute(
+            "model_wrapper", wrap, "models wrapped in DDP", provides=("gradient_sync",)
+        )
 
 
 @dataclass
@@ -143,10 +165,12 @@ class KnobsKwargs(KwargsHandler):
         if self.mode == "safe" and self.level > 5:
             raise ConfigError(self.name, "level", self.level, "at most 5 when mode is 'safe'")
 
-    def apply(self, state: Any) -> None:
+    def plan(self, state: Any) -> Plan:
+        return Plan(self.name).run(self._count_teardowns, f"level {self.level}")
+
+    def _count_teardowns(self, state: Any) -> None:
         counts = state.extras.setdefault("teardowns", [])
         state.add_teardown(self.name, lambda: counts.append(self.name))
-        state.record(self.name, f"level {self.level}")
 
 
 @hookimpl

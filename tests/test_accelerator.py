@@ -15,6 +15,7 @@ import runtime_helpers as rh
 
 from accelkw_core import Accelerator, AccelkwError, HandlerApplyError, KwargsHandler
 from accelkw_core.errors import MissingPluginWarning
+from accelkw_core.plugin import Plan
 from accelkw_core.runtime.accelerator import NoProfiler
 from accelkw_core.testing import modules_loaded_by
 
@@ -82,7 +83,8 @@ def test_model_wrappers_apply_in_order_and_unwrap_returns_the_original() -> None
 
         return wrap
 
-    acc.state.model_wrappers += [("first", wrapper("first")), ("second", wrapper("second"))]
+    acc.state.contribute("model_wrapper", "first", wrapper("first"))
+    acc.state.contribute("model_wrapper", "second", wrapper("second"))
     model = torch.nn.Linear(2, 2)
     wrapped = acc.prepare(model)
     assert calls == ["first", "second"]
@@ -97,8 +99,8 @@ def test_a_failing_model_wrapper_names_its_handler() -> None:
     def broken(model):  # type: ignore[no-untyped-def]
         raise RuntimeError("no group")
 
-    acc.state.model_wrappers.append(("ddp", broken))
-    with pytest.raises(AccelkwError, match=r"model wrapper of handler 'ddp' failed: RuntimeError"):
+    acc.state.contribute("model_wrapper", "ddp", broken)
+    with pytest.raises(AccelkwError, match=r"model_wrapper of handler 'ddp' failed: RuntimeError"):
         acc.prepare(torch.nn.Linear(1, 1))
 
 
@@ -110,7 +112,7 @@ def test_autocast_uses_the_configured_factory_and_a_handler_replaces_it_per_bloc
     with acc.autocast(autocast_handler=rh.CastKwargs(enabled=False)):
         assert (a @ b).dtype == torch.float32
     assert (a @ b).dtype == torch.float32
-    with pytest.raises(TypeError, match="expected a handler with context"):
+    with pytest.raises(TypeError, match="expected a handler instance that contributes"):
         acc.autocast(autocast_handler=object())
 
 
@@ -122,7 +124,7 @@ def test_autocast_without_a_handler_is_a_no_op() -> None:
 
 def test_backward_and_step_go_through_the_grad_scaler_under_fp16() -> None:
     acc = make(mixed_precision="fp16", kwargs_handlers=[rh.ScaleKwargs(init_scale=1024.0)])
-    scaler = acc.state.grad_scaler
+    scaler = acc.scaler
     assert scaler is not None and scaler.get_scale() == 1024.0
     model = torch.nn.Linear(2, 1, bias=False)
     torch.nn.init.ones_(model.weight)
@@ -178,17 +180,20 @@ def test_profile_uses_the_factory_or_the_handler_given() -> None:
         def step(self) -> None:
             entered.append("step")
 
-    class Handler:
-        def context(self, state: object) -> Recorder:
-            return Recorder("handler")
+    @dataclass
+    class Handler(KwargsHandler):
+        name: ClassVar[str] = "recorder"
 
-    acc.state.profiler_factory = lambda: Recorder("factory")
+        def plan(self, state: object) -> Plan:
+            return Plan(self.name).contribute("profiler", lambda: Recorder("handler"), "records")
+
+    acc.state.contribute("profiler", "configured", lambda: Recorder("factory"))
     with acc.profile() as prof:
         prof.step()
     with acc.profile(profile_handler=Handler()):
         pass
     assert entered == ["factory", "step", "/factory", "handler", "/handler"]
-    with pytest.raises(TypeError, match="expected a handler with context"), acc.profile(object()):
+    with pytest.raises(TypeError, match="expected a handler instance"), acc.profile(object()):
         pass
 
 

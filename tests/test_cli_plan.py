@@ -75,7 +75,8 @@ def test_plan_for_a_config_that_enables_handlers(
     assert "ratio = 0.5" in lines
     assert f"* tags = ['x'] (file {config} [handlers.knobs])" in lines
     assert f"* bucket_cap_mb = 50 (file {config} [handlers.ddp])" in lines
-    assert "-> would apply" in lines
+    assert "-> level 3" in lines  # each handler's plan, as apply will carry it out
+    assert "-> models wrapped in DDP" in lines and "-> gloo group" in lines
     assert f"disabled: scale (not listed in [plugins] enable of {config})" in lines
     assert not any(line.startswith("warning:") for line in lines)
 
@@ -95,7 +96,8 @@ def test_plan_for_a_config_that_disables_handlers_warns_about_the_gaps(
     assert "the 'ddp' handler is disabled (listed in [plugins] disable" in data["warnings"][0]
     assert "the 'process_group' handler is disabled" in data["warnings"][1]
     knobs = next(h for h in data["handlers"] if h["name"] == "knobs")
-    assert knobs["plan"] == "would apply"  # KwargsHandler.describe's default
+    assert knobs["plan"] == "level 1"  # the handler's plan: what apply carries out
+    assert knobs["steps"] == [{"message": "level 1", "point": None, "provides": []}]
     level = next(f for f in knobs["fields"] if f["name"] == "level")
     assert level == {
         "name": "level",

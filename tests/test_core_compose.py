@@ -25,7 +25,7 @@ def handler(name: str, after: tuple[str, ...] = (), fail: bool = False) -> type[
         if fail:
             raise RuntimeError(f"{name} cannot apply")
         state.extras[name] = self.value
-        state.model_wrappers.append((name, lambda m: m))
+        state.contribute("model_wrapper", name, lambda m: m)
         state.record(name, f"value {self.value}")
         state.add_teardown(name, lambda: state.extras.setdefault("undone", []).append(name))
 
@@ -151,7 +151,9 @@ def test_a_failing_apply_undoes_everything_before_it(fresh_registry: Any) -> Non
     assert (
         "handler 'gamma'" in str(err) and "gamma cannot apply" in str(err) and "undone" in str(err)
     )
-    assert state.model_wrappers == [] and state.extras == {} and state.handlers == {}
+    assert (
+        state.contributions("model_wrapper") == [] and state.extras == {} and state.handlers == {}
+    )
     assert undone == ["outside"]
     assert state.teardowns == []
 

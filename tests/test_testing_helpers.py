@@ -20,6 +20,7 @@ from accelkw_core import (
     handler_field,
     hookimpl,
 )
+from accelkw_core.runtime.points import POINTS
 from accelkw_core.testing import (
     WorkerFailed,
     applied,
@@ -97,7 +98,7 @@ def test_make_state_holds_the_given_facts_and_no_slots() -> None:
     assert (state.rank, state.local_rank, state.world_size, state.local_world_size) == (3, 3, 4, 4)
     assert state.distributed and not state.is_main_process
     assert state.mixed_precision == "bf16" and state.device_type == "cpu" and state.cpu
-    assert state.autocast_factory is None and state.model_wrappers == [] and state.log == []
+    assert all(state.contributions(p) == [] for p in POINTS) and state.log == []
 
 
 def test_make_state_local_facts_for_several_machines() -> None:

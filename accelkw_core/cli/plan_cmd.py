@@ -39,7 +39,7 @@ def build_plan(config: str | None, nproc: int | None) -> tuple[Settings, dict[st
     from accelkw_core.config.settings import resolve_settings
     from accelkw_core.discovery.registry import get_registry
     from accelkw_core.errors import ConfigError
-    from accelkw_core.runtime.gaps import gaps_in_plan
+    from accelkw_core.runtime.planning import plan_run
     from accelkw_core.runtime.state import AcceleratorState
 
     registry = get_registry()
@@ -58,15 +58,20 @@ def build_plan(config: str | None, nproc: int | None) -> tuple[Settings, dict[st
     installed = registry.handlers()
     versions = {name: info.version for name, info in installed.items()}
     data = settings_json(settings, versions)
-    for entry, hs in zip(data["handlers"], settings.handlers, strict=True):
-        try:
-            entry["plan"] = hs.handler.describe(state)
-        except Exception as exc:  # a plugin's describe() must not hide the rest of the plan
-            entry["plan"] = f"describe() failed: {type(exc).__name__}: {exc}"
-    composed = {hs.name for hs in settings.handlers}
+    plans, gaps = plan_run(settings, state, installed)
+    for entry, planned in zip(data["handlers"], plans, strict=True):
+        entry["plan"] = planned.summary
+        entry["steps"] = (
+            [
+                {"message": step.message, "point": step.point, "provides": list(step.provides)}
+                for step in planned.plan.steps
+            ]
+            if planned.plan is not None
+            else []
+        )
     data["world_size"] = world_size
     data["device_type"] = state.device_type
-    data["warnings"] = gaps_in_plan(world_size, composed, installed, settings.disabled)
+    data["warnings"] = gaps
     return settings, data
 
 

@@ -40,6 +40,9 @@ def handler_json(hs: HandlerSettings, versions: dict[str, str | None]) -> dict[s
         "distribution": hs.distribution,
         "version": versions.get(hs.name),
         "after": list(cls.after),
+        "before": list(cls.before),
+        "requires": list(cls.requires),
+        "conflicts": list(cls.conflicts),
         "fields": field_rows(hs),
     }
 

@@ -106,7 +106,9 @@ def resolve_settings(
     """
     env = os.environ if env is None else env
     registry = registry if registry is not None else get_registry()
-    code = {handler_key(h): h for h in resolve_handlers(handlers, include_defaults=False)}
+    code = {
+        handler_key(h): h for h in resolve_handlers(handlers, include_defaults=False, order=False)
+    }
     cfg = load_config(find_config(config, env=env, cwd=cwd))
     out = Settings(config=cfg)
     _accelerator(out, cfg, env, mixed_precision, cpu)

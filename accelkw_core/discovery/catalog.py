@@ -1,31 +1,82 @@
 """The one place the core names the built-in plugins: for install hints, never for dispatch.
 
-The runtime works with any handler through the registry; these names only turn "not installed"
-into the exact ``pip install`` line, and let ``accelkw_core.utils`` serve the reference's class
-names lazily.
+The runtime works with any handler through the registry and the extension points; this table
+only turns "not installed" into the exact ``pip install`` line, lets ``accelkw_core.utils``
+serve the reference's class names lazily, and is what the docs generator, the README check and
+the tests read instead of writing the list again.
 """
 
 from __future__ import annotations
 
-__all__ = ["HANDLER_DISTRIBUTIONS", "REFERENCE_NAMES", "install_hint"]
+from typing import NamedTuple
+
+__all__ = [
+    "BUILTINS",
+    "HANDLER_DISTRIBUTIONS",
+    "PROVIDERS",
+    "REFERENCE_NAMES",
+    "Builtin",
+    "install_hint",
+    "provider_hint",
+]
+
+
+class Builtin(NamedTuple):
+    """A built-in handler plugin: registry name, reference class, module, distribution, folder.
+
+    ``extra_names`` are other reference names the module serves (enums).
+    """
+
+    name: str
+    cls: str
+    module: str
+    distribution: str
+    folder: str
+    extra_names: tuple[str, ...] = ()
+
+
+BUILTINS: tuple[Builtin, ...] = (
+    Builtin("autocast", "AutocastKwargs", "accelkw_autocast", "accelkw-autocast", "autocast"),
+    Builtin(
+        "ddp",
+        "DistributedDataParallelKwargs",
+        "accelkw_ddp",
+        "accelkw-ddp",
+        "ddp",
+        ("DDPCommunicationHookType",),
+    ),
+    Builtin("profile", "ProfileKwargs", "accelkw_profile", "accelkw-profile", "profile"),
+    Builtin(
+        "grad_scaler",
+        "GradScalerKwargs",
+        "accelkw_grad_scaler",
+        "accelkw-grad-scaler",
+        "grad-scaler",
+    ),
+    Builtin(
+        "process_group",
+        "InitProcessGroupKwargs",
+        "accelkw_process_group",
+        "accelkw-process-group",
+        "process-group",
+    ),
+)
 
 # Reference class name -> (module that defines it, distribution that ships the module).
 REFERENCE_NAMES: dict[str, tuple[str, str]] = {
-    "AutocastKwargs": ("accelkw_autocast", "accelkw-autocast"),
-    "DistributedDataParallelKwargs": ("accelkw_ddp", "accelkw-ddp"),
-    "DDPCommunicationHookType": ("accelkw_ddp", "accelkw-ddp"),
-    "ProfileKwargs": ("accelkw_profile", "accelkw-profile"),
-    "GradScalerKwargs": ("accelkw_grad_scaler", "accelkw-grad-scaler"),
-    "InitProcessGroupKwargs": ("accelkw_process_group", "accelkw-process-group"),
+    ref: (b.module, b.distribution) for b in BUILTINS for ref in (b.cls, *b.extra_names)
 }
 
 # Handler registry name -> the distribution that ships it.
-HANDLER_DISTRIBUTIONS: dict[str, str] = {
-    "autocast": "accelkw-autocast",
-    "ddp": "accelkw-ddp",
-    "profile": "accelkw-profile",
-    "grad_scaler": "accelkw-grad-scaler",
-    "process_group": "accelkw-process-group",
+HANDLER_DISTRIBUTIONS: dict[str, str] = {b.name: b.distribution for b in BUILTINS}
+
+# A capability the runtime checks for, or an extension point -> the built-in that provides it.
+PROVIDERS: dict[str, str] = {
+    "gradient_sync": "ddp",
+    "process_group": "process_group",
+    "profiler": "profile",
+    "forward_context": "autocast",
+    "loss_scaling": "grad_scaler",
 }
 
 
@@ -35,3 +86,11 @@ def install_hint(handler_name: str) -> str:
     if dist is None:
         return f"install the plugin that provides the {handler_name!r} handler"
     return f"pip install {dist}"
+
+
+def provider_hint(capability: str) -> str:
+    """The pip line of the built-in that provides ``capability``, else a generic hint."""
+    name = PROVIDERS.get(capability)
+    if name is None:
+        return f"install a plugin that provides {capability}"
+    return install_hint(name)

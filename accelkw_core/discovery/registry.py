@@ -178,6 +178,7 @@ class Registry:
         self.cache_dir = cache.cache_dir(env)
         self.pm = pluggy.PluginManager(hookspecs.PROJECT)
         self.pm.add_hookspecs(hookspecs)
+        self._staging: pluggy.PluginManager | None = None
         self._records: dict[str, PluginRecord] = {}
         self._handlers: dict[str, HandlerInfo] | None = None
         self._loaded = False
@@ -346,14 +347,8 @@ class Registry:
             if cls not in classes:
                 classes.append(cls)
 
-        impls = [
-            impl
-            for impl in self.pm.hook.accelkw_register_handlers.get_hookimpls()
-            if impl.plugin is plugin
-        ]
         try:
-            for impl in impls:
-                impl.function(register=register)
+            self._register_handlers_of(plugin, register)
         except PluginError as exc:
             self._reject(record, "InvalidHandler", exc.reason)
             return
@@ -363,6 +358,22 @@ class Registry:
             )
             return
         record.handlers = classes
+
+    def _register_handlers_of(self, plugin: object, register: Callable[[Any], None]) -> None:
+        # Through pluggy (so an implementation may take any subset of the arguments), on a
+        # staging manager that holds only this plugin: a subset caller of the main manager
+        # would filter every other plugin's implementations, quadratic in the plugin count.
+        if not hasattr(plugin, "accelkw_register_handlers"):
+            return
+        staging = self._staging
+        if staging is None:
+            staging = self._staging = pluggy.PluginManager(hookspecs.PROJECT)
+            staging.add_hookspecs(hookspecs)
+        staging.register(plugin)
+        try:
+            staging.hook.accelkw_register_handlers(register=register)
+        finally:
+            staging.unregister(plugin)
 
     def _reject(self, record: PluginRecord, kind: str, message: str) -> None:
         record.fail(FAILED, kind, message)

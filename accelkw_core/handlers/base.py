@@ -4,10 +4,12 @@ from __future__ import annotations
 
 import copy
 import dataclasses
+import sys
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any, ClassVar, Self
 
 if TYPE_CHECKING:
+    from accelkw_core.handlers.plan import Plan
     from accelkw_core.runtime.state import AcceleratorState
 
 __all__ = ["KwargsHandler", "handler_field"]
@@ -53,6 +55,9 @@ class KwargsHandler:
 
     name: ClassVar[str] = ""
     after: ClassVar[tuple[str, ...]] = ()
+    before: ClassVar[tuple[str, ...]] = ()
+    requires: ClassVar[tuple[str, ...]] = ()
+    conflicts: ClassVar[tuple[str, ...]] = ()
     _accelkw_explicit: frozenset[str]
 
     def __new__(cls, *args: Any, **kwargs: Any) -> Self:
@@ -61,8 +66,19 @@ class KwargsHandler:
         names = _init_field_names(cls)
         explicit = set(names[: len(args)])
         explicit.update(k for k in kwargs if k in names)
+        source = _replaced_from(cls, kwargs)
+        if source is not None:
+            explicit = set(source[0]) | source[1]
         object.__setattr__(self, "_accelkw_explicit", frozenset(explicit))
         return self
+
+    def __replace__(self, **changes: Any) -> Self:
+        """``dataclasses.replace`` / ``copy.replace``: the copy keeps this one's explicit fields."""
+        values = self.field_values()
+        values.update(changes)
+        new = type(self)(**values)
+        object.__setattr__(new, "_accelkw_explicit", self._explicit_names() | frozenset(changes))
+        return new
 
     def __post_init__(self) -> None:
         # Values set in code pass the same checks as config values; enum strings become members.
@@ -92,7 +108,7 @@ class KwargsHandler:
 
     def explicit_fields(self) -> frozenset[str]:
         """Names of the fields the caller set: passed to the constructor or changed since."""
-        return self._explicit_names() | frozenset(self.to_kwargs())
+        return self._explicit_names() | frozenset(_differing(self))
 
     def explicit_kwargs(self) -> dict[str, Any]:
         """``to_kwargs()`` plus the fields passed explicitly, even when equal to the default."""
@@ -102,13 +118,23 @@ class KwargsHandler:
         """Every field and its current value, in declaration order."""
         return {name: getattr(self, name) for name in _init_field_names(type(self))}
 
+    def plan(self, state: AcceleratorState) -> Plan:
+        """What this handler would do on ``state``: its contributions, or why there are none.
+
+        Planning has no side effects: ``accelkw plan`` prints the plan, and :meth:`apply`
+        carries out the same plan. Override it; the default contributes nothing.
+        """
+        from accelkw_core.handlers.plan import Plan
+
+        return Plan(self.name or type(self).__name__).note("nothing to apply")
+
     def apply(self, state: AcceleratorState) -> None:
-        """Configure ``state``; record what was done (or why nothing was) with ``state.record``."""
-        state.record(self.name, "nothing to apply", applied=False)
+        """Carry out :meth:`plan` on ``state``: contribute to its points and log each step."""
+        self.plan(state).carry_out(state)
 
     def describe(self, state: AcceleratorState) -> str:
-        """What ``apply`` would do on ``state``, without doing it (used by ``accelkw plan``)."""
-        return "would apply"
+        """What :meth:`apply` would do on ``state``, as one line (the plan's summary)."""
+        return self.plan(state).summary()
 
     @classmethod
     def from_mapping(cls, data: Mapping[str, Any], *, strings: bool = False) -> Self:
@@ -135,6 +161,24 @@ class KwargsHandler:
         return [n for n in _init_field_names(type(self)) if n in names]
 
 
+def _replaced_from(cls: type, kwargs: Mapping[str, Any]) -> tuple[frozenset[str], set[str]] | None:
+    """When ``dataclasses.replace`` builds this instance, the source's explicit fields and the
+    changed ones; otherwise ``None``.
+
+    Python 3.11's ``replace`` passes every field to the constructor, which would mark every
+    field explicit; 3.13 calls :meth:`KwargsHandler.__replace__` instead and never gets here.
+    """
+    frame = sys._getframe(2)
+    if frame.f_code is not _REPLACE_CODE:
+        return None
+    source = frame.f_locals.get("obj")
+    if type(source) is not cls or not isinstance(source, KwargsHandler):
+        return None
+    changed = {k for k, v in kwargs.items() if v is not getattr(source, k, None)}
+    return source._explicit_names(), changed
+
+
+_REPLACE_CODE = dataclasses.replace.__code__
 _FIELD_NAMES: dict[type, tuple[str, ...]] = {}
 _DEFAULTS: dict[type, dict[str, Any]] = {}
 

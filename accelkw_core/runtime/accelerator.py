@@ -5,21 +5,24 @@ Nothing here imports torch at module import time; every method that needs it imp
 
 from __future__ import annotations
 
+import atexit
 import contextlib
 import os
 import warnings
+import weakref
 from collections.abc import Iterator, Sequence
 from contextlib import AbstractContextManager
 from types import TracebackType
 from typing import TYPE_CHECKING, Any
 
 from accelkw_core.config.settings import Settings, resolve_settings
-from accelkw_core.discovery.catalog import install_hint
+from accelkw_core.discovery.catalog import provider_hint
 from accelkw_core.discovery.registry import Registry, get_registry
 from accelkw_core.errors import AccelkwError
 from accelkw_core.runtime import collectives as ops
 from accelkw_core.runtime.composition import compose
-from accelkw_core.runtime.gaps import gaps_after_apply, warn_gaps
+from accelkw_core.runtime.forward import forward_contexts, patch_forward, unpatch_forward
+from accelkw_core.runtime.gaps import find_gaps, live_capabilities, warn_gaps
 from accelkw_core.runtime.state import AcceleratorState
 
 if TYPE_CHECKING:
@@ -75,16 +78,23 @@ class Accelerator:
             state.record("config", f"settings read from {self.settings.config.label}")
         for note in self.settings.notes:
             state.record("config", note)
-        handlers = [s.handler for s in self.settings.handlers]
         self.handlers: list[KwargsHandler] = compose(
-            state, handlers, registry=registry, include_defaults=False
+            state, registry=registry, settings=self.settings
         )
         self.state = state
         self._ended = False
         self._models: list[tuple[Any, Any]] = []
         self._warned_no_profiler = False
+        # An Accelerator nobody ended still undoes its handlers (a process group) once, at exit.
+        self._atexit = _teardown_at_exit(self)
         try:
-            warn_gaps(state, gaps_after_apply(state, registry.handlers(), self.settings.disabled))
+            gaps = find_gaps(
+                state.world_size,
+                live_capabilities(state),
+                registry.handlers(),
+                self.settings.disabled,
+            )
+            warn_gaps(state, gaps)
         except BaseException:
             self.end_training()
             raise
@@ -130,10 +140,12 @@ class Accelerator:
     def prepare(self, *objects: Any) -> Any:
         """Prepare models, optimizers and data loaders for this run; other objects pass through.
 
-        Models move to :attr:`device` and through each handler's wrapper in order (DDP when the
-        ``ddp`` plugin applies); optimizers step through the gradient scaler when there is one;
-        data loaders are sharded across processes. Returns one object for one argument, else a
-        tuple in the order given.
+        Models move to :attr:`device`, their forward runs under the ``forward_context``
+        contributions (autocast), and they pass through each ``model_wrapper`` in order (DDP);
+        optimizers pass through each ``optimizer_wrapper`` and step through the ``around_step``
+        and ``after_step`` contributions; data loaders are sharded across processes, then pass
+        through each ``data_loader_wrapper``. Returns one object for one argument, else a tuple
+        in the order given.
         """
         prepared = tuple(self._prepare_one(obj) for obj in objects)
         return prepared[0] if len(prepared) == 1 else prepared
@@ -149,30 +161,50 @@ class Accelerator:
         if isinstance(obj, AcceleratedOptimizer | PreparedDataLoader):
             return obj
         if isinstance(obj, torch.optim.Optimizer):
-            return AcceleratedOptimizer(obj, scaler=self.state.grad_scaler)
+            return self.prepare_optimizer(obj)
         if isinstance(obj, torch.utils.data.DataLoader):
-            return prepare_data_loader(obj, self.state)
+            return self._wrap("data_loader_wrapper", prepare_data_loader(obj, self.state))
+        return obj
+
+    def _wrap(self, point: str, obj: Any) -> Any:
+        for contribution in self.state.contributions(point):
+            try:
+                obj = contribution.value(obj)
+            except Exception as exc:
+                raise AccelkwError(
+                    f"prepare: the {point} of handler {contribution.handler!r} failed: "
+                    f"{type(exc).__name__}: {exc}"
+                ) from exc
         return obj
 
     def prepare_model(self, model: Any) -> Any:
-        """``model`` on :attr:`device`, passed through every handler's model wrapper in order."""
+        """``model`` on :attr:`device`, its forward under the forward contexts, then wrapped."""
         original = model.to(self.state.device)
-        wrapped = original
-        for name, wrap in self.state.model_wrappers:
-            try:
-                wrapped = wrap(wrapped)
-            except Exception as exc:
-                raise AccelkwError(
-                    f"prepare: the model wrapper of handler {name!r} failed: "
-                    f"{type(exc).__name__}: {exc}"
-                ) from exc
+        patch_forward(original, self.state)
+        wrapped = self._wrap("model_wrapper", original)
         self._models.append((wrapped, original))
         return wrapped
 
-    def unwrap_model(self, model: Any) -> Any:
-        """The model as it was before the handlers' wrappers (DDP, ...) were applied."""
+    def prepare_optimizer(self, optimizer: Any) -> Any:
+        """``optimizer`` through every optimizer wrapper, stepping through the step chain."""
+        from accelkw_core.runtime.optimizer import AcceleratedOptimizer
+        from accelkw_core.runtime.stepping import build_step
+
+        inner = self._wrap("optimizer_wrapper", optimizer)
+        around = self.state.values("around_step")
+        after = self.state.values("after_step")
+        chain = build_step(around, after) if around or after else None
+        return AcceleratedOptimizer(inner, chain)
+
+    def unwrap_model(self, model: Any, keep_fp32_wrapper: bool = True) -> Any:
+        """The model as it was before the handlers' wrappers (DDP, ...) were applied.
+
+        With ``keep_fp32_wrapper=False`` its forward no longer runs under the forward contexts.
+        """
         for wrapped, original in self._models:
-            if wrapped is model:
+            if wrapped is model or original is model:
+                if not keep_fp32_wrapper:
+                    unpatch_forward(original)
                 return original
         # Not prepared here: peel the usual wrappers (DDP, DataParallel, torch.compile).
         while True:
@@ -184,29 +216,48 @@ class Accelerator:
     # -- the loop ------------------------------------------------------------------------------
 
     def autocast(self, autocast_handler: Any = None) -> AbstractContextManager[Any]:
-        """The autocast context for forward passes (nothing to do with mixed precision ``"no"``).
+        """The forward contexts (autocast) around a block; nothing to enter when none applies.
 
-        ``autocast_handler`` replaces the configured autocast settings for this block.
+        ``autocast_handler`` (a handler such as ``AutocastKwargs(enabled=False)``) replaces
+        them for this block: its plan on this run's facts gives the contexts to enter.
         """
         if autocast_handler is None:
-            factory = self.state.autocast_factory
-            return factory() if factory is not None else contextlib.nullcontext()
-        context = getattr(autocast_handler, "context", None)
-        if context is None:
+            return forward_contexts(self.state.values("forward_context"))
+        return forward_contexts(self._override(autocast_handler, "forward_context", "autocast"))
+
+    def _override(self, handler: Any, point: str, what: str) -> list[Any]:
+        from accelkw_core.handlers.base import KwargsHandler
+
+        if not isinstance(handler, KwargsHandler):
             raise TypeError(
-                f"autocast: got {type(autocast_handler).__name__}, expected a handler with "
-                "context(state) such as AutocastKwargs(...)"
+                f"{what}: got {type(handler).__name__}, expected a handler instance that "
+                f"contributes to the {point!r} extension point"
             )
-        result: AbstractContextManager[Any] = context(self.state)
-        return result
+        scratch = self.state.scratch()
+        handler.plan(scratch).carry_out(scratch)
+        return scratch.values(point)
 
     def backward(self, loss: Any, **kwargs: Any) -> None:
-        """``loss.backward(**kwargs)``, scaled first by the gradient scaler when there is one."""
-        scaler = self.state.grad_scaler
-        if scaler is not None:
-            scaler.scale(loss).backward(**kwargs)
+        """``loss.backward(**kwargs)``, or the ``backward`` contribution (loss scaling)."""
+        contributed = self.state.values("backward")
+        if contributed:
+            contributed[0](loss, **kwargs)
         else:
             loss.backward(**kwargs)
+
+    @property
+    def scaler(self) -> Any:
+        """The gradient scaler a handler exposes (``accelerator.scaler``), else ``None``."""
+        return self.state.keyed("attribute").get("scaler")
+
+    def __getattr__(self, name: str) -> Any:
+        # Attributes handlers contribute through the "attribute" point (state set in __init__).
+        state = self.__dict__.get("state")
+        if state is not None and not name.startswith("_"):
+            attributes = state.keyed("attribute")
+            if name in attributes:
+                return attributes[name]
+        raise AttributeError(f"{type(self).__name__!r} object has no attribute {name!r}")
 
     @contextlib.contextmanager
     def profile(self, profile_handler: Any = None) -> Iterator[Any]:
@@ -216,21 +267,17 @@ class Accelerator:
         configured the block runs unprofiled, with a warning, and ``step()`` does nothing.
         """
         if profile_handler is not None:
-            context = getattr(profile_handler, "context", None)
-            if context is None:
-                raise TypeError(
-                    f"profile: got {type(profile_handler).__name__}, expected a handler with "
-                    "context(state) such as ProfileKwargs(...)"
-                )
-            manager: AbstractContextManager[Any] = context(self.state)
-        elif self.state.profiler_factory is not None:
-            manager = self.state.profiler_factory()
+            factories = self._override(profile_handler, "profiler", "profile")
+        else:
+            factories = self.state.values("profiler")
+        if factories:
+            manager: AbstractContextManager[Any] = factories[0]()
         else:
             if not self._warned_no_profiler:
                 self._warned_no_profiler = True
                 message = (
                     "profile(): no profiler is configured, so the block runs unprofiled "
-                    f"({install_hint('profile')}, or pass profile_handler=)"
+                    f"({provider_hint('profiler')}, or pass profile_handler=)"
                 )
                 self.state.record("accelerator", message, applied=False)
                 warnings.warn(message, stacklevel=3)
@@ -267,6 +314,7 @@ class Accelerator:
         if self._ended:
             return
         self._ended = True
+        atexit.unregister(self._atexit)
         for name, exc in self.state.run_teardowns():
             warnings.warn(
                 f"teardown of handler {name!r} failed: {type(exc).__name__}: {exc}", stacklevel=2
@@ -290,3 +338,16 @@ class Accelerator:
             f"device {self.state.device_type}, mixed_precision={self.state.mixed_precision!r}, "
             f"handlers: {names})"
         )
+
+
+def _teardown_at_exit(accelerator: Accelerator) -> Any:
+    # A weak reference: registering must not keep the Accelerator (and its models) alive.
+    ref = weakref.ref(accelerator)
+
+    def run() -> None:
+        live = ref()
+        if live is not None:
+            live.end_training()
+
+    atexit.register(run)
+    return run

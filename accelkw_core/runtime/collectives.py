@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from accelkw_core.discovery.catalog import install_hint
+from accelkw_core.discovery.catalog import provider_hint
 from accelkw_core.errors import AccelkwError
 from accelkw_core.runtime.state import AcceleratorState
 
@@ -31,7 +31,7 @@ def _group(state: AcceleratorState, what: str) -> Any:
         return dist
     raise AccelkwError(
         f"{what} needs a torch.distributed process group across the {state.world_size} processes "
-        f"of this run, and none is initialised: {install_hint('process_group')}, "
+        f"of this run, and none is initialised: {provider_hint('process_group')}, "
         "or call torch.distributed.init_process_group before creating the Accelerator"
     )
 

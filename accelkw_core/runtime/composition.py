@@ -4,11 +4,16 @@ from __future__ import annotations
 
 import heapq
 from collections.abc import Iterable, Sequence
+from typing import TYPE_CHECKING
 
+from accelkw_core.discovery.catalog import install_hint
 from accelkw_core.discovery.registry import Registry, get_registry
-from accelkw_core.errors import ComposeError, HandlerApplyError
+from accelkw_core.errors import ComposeError, HandlerApplyError, PointConflictError
 from accelkw_core.handlers.base import KwargsHandler
 from accelkw_core.runtime.state import AcceleratorState
+
+if TYPE_CHECKING:
+    from accelkw_core.config.settings import Settings
 
 __all__ = ["compose", "handler_key", "order_handlers", "resolve_handlers"]
 
@@ -24,8 +29,12 @@ def resolve_handlers(
     registry: Registry | None = None,
     include_defaults: bool = True,
     disabled: Iterable[str] = (),
+    order: bool = True,
 ) -> list[KwargsHandler]:
     """The user's handlers plus a default instance of every other enabled installed handler.
+
+    With ``order`` (the default) they are ordered and checked by :func:`order_handlers`;
+    without, they come back as given (for a caller that orders a larger set later).
 
     Raises :class:`ComposeError` (a ``ValueError``) for a non-handler object, two handlers of one
     class, or two handlers that claim one registry name.
@@ -56,26 +65,39 @@ def resolve_handlers(
         for name, info in registry.handlers().items():
             if name not in chosen and name not in off:
                 chosen[name] = info.cls()
-    return order_handlers(chosen.values())
+    return order_handlers(chosen.values()) if order else list(chosen.values())
 
 
 def order_handlers(handlers: Iterable[KwargsHandler]) -> list[KwargsHandler]:
-    """Topological order by each class's ``after`` names, ties broken by name; cycles raise."""
+    """Order handlers by their ``after``/``before`` names, ties broken by name.
+
+    ``requires`` names must be among ``handlers`` (a :class:`ComposeError` names the missing one
+    and the pip line that installs it); ``conflicts`` names must not be (the error names both
+    handlers); a cycle of constraints is an error that lists it.
+    """
     by_name = {handler_key(h): h for h in handlers}
+    _check_requires_and_conflicts(by_name)
     indegree = dict.fromkeys(by_name, 0)
-    followers: dict[str, list[str]] = {n: [] for n in by_name}
+    followers: dict[str, set[str]] = {n: set() for n in by_name}
+
+    def edge(first: str, then: str) -> None:
+        if first in by_name and then in by_name and first != then and then not in followers[first]:
+            followers[first].add(then)
+            indegree[then] += 1
+
     for name, handler in by_name.items():
-        for before in dict.fromkeys(type(handler).after):
-            if before in by_name and before != name:
-                followers[before].append(name)
-                indegree[name] += 1
+        cls = type(handler)
+        for earlier in cls.after:
+            edge(earlier, name)
+        for later in cls.before:
+            edge(name, later)
     ready = [n for n, d in indegree.items() if d == 0]
     heapq.heapify(ready)
     ordered: list[KwargsHandler] = []
     while ready:
         name = heapq.heappop(ready)
         ordered.append(by_name[name])
-        for nxt in followers[name]:
+        for nxt in sorted(followers[name]):
             indegree[nxt] -= 1
             if indegree[nxt] == 0:
                 heapq.heappush(ready, nxt)
@@ -83,9 +105,32 @@ def order_handlers(handlers: Iterable[KwargsHandler]) -> list[KwargsHandler]:
         cycle = sorted(n for n, d in indegree.items() if d > 0)
         raise ComposeError(
             "handler ordering constraints form a cycle among: "
-            + ", ".join(f"{n} (after {list(type(by_name[n]).after)})" for n in cycle)
+            + ", ".join(f"{n} ({_constraints(type(by_name[n]))})" for n in cycle)
         )
     return ordered
+
+
+def _constraints(cls: type[KwargsHandler]) -> str:
+    parts = [f"{k} {list(getattr(cls, k))}" for k in ("after", "before") if getattr(cls, k)]
+    return ", ".join(parts) or "no constraints"
+
+
+def _check_requires_and_conflicts(by_name: dict[str, KwargsHandler]) -> None:
+    for name, handler in sorted(by_name.items()):
+        cls = type(handler)
+        for needed in cls.requires:
+            if needed not in by_name:
+                raise ComposeError(
+                    f"handler {name!r} requires handler {needed!r}, which is not composed "
+                    f"(not installed or disabled): {install_hint(needed)}, or enable it"
+                )
+        for other in cls.conflicts:
+            if other in by_name:
+                raise ComposeError(
+                    f"handlers {name!r} and {other!r} cannot be composed together "
+                    f"({cls.__name__} declares conflicts={list(cls.conflicts)}); pass or enable "
+                    "only one of them, e.g. disable the other with [plugins] disable"
+                )
 
 
 def compose(
@@ -95,34 +140,70 @@ def compose(
     registry: Registry | None = None,
     include_defaults: bool = True,
     disabled: Iterable[str] = (),
+    settings: Settings | None = None,
 ) -> list[KwargsHandler]:
-    """Resolve, order and apply handlers to ``state``; return them in the order applied.
+    """Apply handlers to ``state`` in order; return them in the order applied.
 
-    If an ``apply`` raises, the teardowns registered so far run in reverse, the state's slots are
-    emptied, and :class:`HandlerApplyError` names the handler and its distribution.
+    With ``settings`` (from :func:`~accelkw_core.config.settings.resolve_settings`), its
+    handlers are applied as they are: already built, checked and ordered. Otherwise ``handlers``
+    are resolved and ordered here (see :func:`resolve_handlers`).
+
+    If an ``apply`` raises, the teardowns registered so far run in reverse, the state's
+    contributions are dropped, and :class:`HandlerApplyError` names the handler and its
+    distribution (two contributions to a point that takes one raise
+    :class:`~accelkw_core.errors.PointConflictError` as it is).
     """
     registry = registry if registry is not None else get_registry()
-    ordered = resolve_handlers(
-        handlers, registry=registry, include_defaults=include_defaults, disabled=disabled
-    )
+    if settings is not None:
+        ordered = [hs.handler for hs in settings.handlers]
+        dists = {hs.name: hs.distribution for hs in settings.handlers}
+    else:
+        ordered = resolve_handlers(
+            handlers, registry=registry, include_defaults=include_defaults, disabled=disabled
+        )
+        dists = {}
+        for handler in ordered:
+            info = registry.info_for(type(handler))
+            dists[handler_key(handler)] = info.distribution if info else None
     for handler in ordered:
         name = handler_key(handler)
+        state.distributions[name] = dists.get(name)
         try:
             handler.apply(state)
+        except PointConflictError as exc:
+            _rollback(state, exc)
+            raise
         except Exception as exc:
             _rollback(state, exc)
-            info = registry.info_for(type(handler))
-            raise HandlerApplyError(name, info.distribution if info else None, exc) from exc
+            raise HandlerApplyError(name, dists.get(name), exc) from exc
         state.handlers[name] = handler
     try:
-        registry.hook.accelkw_state_ready(state=state)
+        _state_ready(registry, state)
     except Exception as exc:
         _rollback(state, exc)
         raise HandlerApplyError("accelkw_state_ready", None, exc) from exc
     return ordered
 
 
+def _state_ready(registry: Registry, state: AcceleratorState) -> None:
+    # Only plugins whose handlers take part in this run hear about it (plugins that contribute
+    # no handler, such as a logger, always do).
+    composed = set(state.handlers)
+    left_out = [
+        rec.plugin
+        for rec in registry.plugins()
+        if rec.plugin is not None and rec.handlers and not {c.name for c in rec.handlers} & composed
+    ]
+    hook = registry.hook
+    caller = (
+        registry.pm.subset_hook_caller("accelkw_state_ready", left_out)
+        if left_out
+        else hook.accelkw_state_ready
+    )
+    caller(state=state)
+
+
 def _rollback(state: AcceleratorState, cause: Exception) -> None:
     for name, err in state.run_teardowns():
         cause.add_note(f"while undoing, the teardown of {name!r} also failed: {err!r}")
-    state.reset_slots()
+    state.reset_points()

@@ -1,83 +1,74 @@
-"""Loud gaps: what a multi-process run lacks when a plugin is missing or disabled.
+"""Loud gaps: what a multi-process run lacks when no handler provides a capability it needs.
 
 A world size above one with nothing that synchronises gradients, or with no process group, does
-not fail by itself: each process would train its own model. These checks turn that into a
-warning that says what will happen and which distribution to install.
+not fail by itself: each process would train its own model. These checks ask for capabilities
+(not for handler names) and turn a missing one into a warning that says what will happen and
+what to install. The same check serves a plan (capabilities its steps would provide) and a
+composed state (capabilities its handlers provided, plus a process group created outside).
 """
 
 from __future__ import annotations
 
+import sys
 import warnings
-from collections.abc import Mapping
+from collections.abc import Collection, Mapping
 
-from accelkw_core.discovery.catalog import install_hint
+from accelkw_core.discovery.catalog import PROVIDERS, provider_hint
 from accelkw_core.errors import MissingPluginWarning
 from accelkw_core.runtime.state import AcceleratorState
 
-__all__ = ["gaps_after_apply", "gaps_in_plan", "warn_gaps"]
+__all__ = ["GRADIENT_SYNC", "PROCESS_GROUP", "find_gaps", "live_capabilities", "warn_gaps"]
 
-# The built-in handlers that close each gap; named here only to say what to install.
-SYNC_HANDLER = "ddp"
-GROUP_HANDLER = "process_group"
-
-
-def _why_missing(name: str, installed: Mapping[str, object], disabled: Mapping[str, str]) -> str:
-    if name in disabled:
-        return f"the {name!r} handler is disabled ({disabled[name]})"
-    if name in installed:
-        return f"the {name!r} handler is installed but did not apply"
-    return f"no {name!r} handler is installed ({install_hint(name)})"
+GRADIENT_SYNC = "gradient_sync"
+PROCESS_GROUP = "process_group"
 
 
-def _sync_gap(world_size: int, why: str) -> str:
-    return (
-        f"world size {world_size} > 1 but no handler wraps models for gradient synchronisation: "
-        f"gradients will not be synchronised, each process trains its own copy; {why}"
-    )
+def _why_missing(capability: str, installed: Collection[str], disabled: Mapping[str, str]) -> str:
+    provider = PROVIDERS.get(capability)
+    if provider is not None and provider in disabled:
+        return f"the {provider!r} handler is disabled ({disabled[provider]})"
+    if provider is not None and provider in installed:
+        return f"the {provider!r} handler is installed but does not provide it on this run"
+    return f"no installed handler provides it ({provider_hint(capability)})"
 
 
-def _group_gap(world_size: int, why: str) -> str:
-    return (
-        f"world size {world_size} > 1 but no torch.distributed process group is initialised: "
-        f"gather, reduce, wait_for_everyone and DDP need one; {why}, "
-        "or call torch.distributed.init_process_group before creating the Accelerator"
-    )
-
-
-def gaps_after_apply(
-    state: AcceleratorState,
-    installed: Mapping[str, object],
-    disabled: Mapping[str, str],
-) -> list[str]:
-    """The gaps of a composed ``state``: judged by its slots and the live process group."""
-    if not state.distributed:
-        return []
-    gaps = []
-    if not state.model_wrappers:
-        gaps.append(_sync_gap(state.world_size, _why_missing(SYNC_HANDLER, installed, disabled)))
-    import torch.distributed as dist
-
-    if not (dist.is_available() and dist.is_initialized()):
-        why = _why_missing(GROUP_HANDLER, installed, disabled)
-        gaps.append(_group_gap(state.world_size, why))
-    return gaps
-
-
-def gaps_in_plan(
+def find_gaps(
     world_size: int,
-    composed: set[str],
-    installed: Mapping[str, object],
+    capabilities: Collection[str],
+    installed: Collection[str],
     disabled: Mapping[str, str],
 ) -> list[str]:
-    """The gaps a plan would have, judged by which handlers it composes (nothing is applied)."""
+    """What a run of ``world_size`` processes lacks, given the capabilities it has."""
     if world_size <= 1:
         return []
     gaps = []
-    if SYNC_HANDLER not in composed:
-        gaps.append(_sync_gap(world_size, _why_missing(SYNC_HANDLER, installed, disabled)))
-    if GROUP_HANDLER not in composed:
-        gaps.append(_group_gap(world_size, _why_missing(GROUP_HANDLER, installed, disabled)))
+    if GRADIENT_SYNC not in capabilities:
+        gaps.append(
+            f"world size {world_size} > 1 but no handler synchronises gradients across "
+            "processes: gradients will not be synchronised, each process trains its own copy; "
+            + _why_missing(GRADIENT_SYNC, installed, disabled)
+        )
+    if PROCESS_GROUP not in capabilities:
+        gaps.append(
+            f"world size {world_size} > 1 but no torch.distributed process group is initialised: "
+            "gather, reduce, wait_for_everyone and gradient synchronisation need one; "
+            + _why_missing(PROCESS_GROUP, installed, disabled)
+            + ", or call torch.distributed.init_process_group before creating the Accelerator"
+        )
     return gaps
+
+
+def live_capabilities(state: AcceleratorState, provided: Collection[str] | None = None) -> set[str]:
+    """``provided`` (default: what the state's handlers provided) plus a process group that
+    already exists in this process, made outside any handler."""
+    found = set(state.capabilities if provided is None else provided)
+    # A group made elsewhere needs torch.distributed imported already: never import it here,
+    # so `accelkw plan` stays torch-free.
+    dist = sys.modules.get("torch.distributed")
+    live = dist is not None and dist.is_available() and dist.is_initialized()
+    if state.distributed and live:
+        found.add(PROCESS_GROUP)
+    return found
 
 
 def warn_gaps(state: AcceleratorState, gaps: list[str]) -> None:

@@ -1,4 +1,4 @@
-"""``AcceleratedOptimizer``: an optimizer whose steps go through the gradient scaler, if any.
+"""``AcceleratedOptimizer``: an optimizer whose steps go through the run's step chain.
 
 Imported by ``Accelerator.prepare`` only, so importing torch here costs nothing at package import.
 """
@@ -10,21 +10,25 @@ from typing import Any
 
 import torch
 
+from accelkw_core.runtime.stepping import StepContext
+
 __all__ = ["AcceleratedOptimizer"]
 
 
 class AcceleratedOptimizer(torch.optim.Optimizer):  # type: ignore[misc]
-    """Wraps an optimizer so ``step()`` runs ``scaler.step(opt); scaler.update()`` with a scaler.
+    """Wraps an optimizer so ``step()`` runs the ``around_step`` and ``after_step`` chain.
 
     Everything else (``zero_grad``, ``param_groups``, ``state_dict``, …) is the wrapped
     optimizer's. It subclasses ``torch.optim.Optimizer`` so learning-rate schedulers accept it.
-    ``step_was_skipped`` is ``True`` after a step the scaler skipped for inf/NaN gradients.
+    ``step_was_skipped`` is ``True`` after a step an around-step contribution skipped (the
+    gradient scaler, for inf/NaN gradients).
     """
 
-    def __init__(self, optimizer: Any, scaler: Any = None) -> None:
+    def __init__(self, optimizer: Any, chain: Callable[[StepContext], Any] | None = None) -> None:
         # No super().__init__: the wrapped optimizer owns the parameters and the state.
         self.optimizer = optimizer
-        self.scaler = scaler
+        self._chain = chain
+        self._steps = 0
         self._skipped = False
 
     @property
@@ -64,20 +68,19 @@ class AcceleratedOptimizer(torch.optim.Optimizer):  # type: ignore[misc]
         self.optimizer.zero_grad(set_to_none=set_to_none)
 
     def step(self, closure: Callable[[], Any] | None = None) -> Any:
-        """Step the wrapped optimizer, through the scaler when there is one."""
-        scaler = self.scaler
-        if scaler is None:
+        """Step the wrapped optimizer through the step chain (directly when it is empty)."""
+        chain = self._chain
+        if chain is None:
             return self.optimizer.step(closure) if closure is not None else self.optimizer.step()
-        scale_before = scaler.get_scale()
-        result = scaler.step(self.optimizer, closure) if closure else scaler.step(self.optimizer)
-        scaler.update()
-        # The scaler lowers its scale exactly when it skipped the step for inf/NaN gradients.
-        self._skipped = scaler.get_scale() < scale_before
+        step = StepContext(self.optimizer, closure, self._steps)
+        self._steps += 1
+        result = chain(step)
+        self._skipped = step.skipped
         return result
 
     @property
     def step_was_skipped(self) -> bool:
-        """Whether the last ``step()`` was skipped because gradients held inf or NaN."""
+        """Whether the last ``step()`` was skipped (inf/NaN gradients under loss scaling)."""
         return self._skipped
 
     def __getstate__(self) -> dict[str, Any]:
@@ -87,4 +90,4 @@ class AcceleratedOptimizer(torch.optim.Optimizer):  # type: ignore[misc]
         self.__dict__.update(state)
 
     def __repr__(self) -> str:
-        return f"AcceleratedOptimizer({self.optimizer!r}, scaler={self.scaler!r})"
+        return f"AcceleratedOptimizer({self.optimizer!r})"

@@ -1,26 +1,33 @@
-"""``AcceleratorState``: the facts of the run and the slots that handlers fill."""
+"""``AcceleratorState``: the facts of the run and what handlers contributed to its extension points."""
 
 from __future__ import annotations
 
 import os
 from collections.abc import Callable, Mapping
-from contextlib import AbstractContextManager
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, NamedTuple
 
-from accelkw_core.errors import ConfigError
+from accelkw_core.errors import ConfigError, PointConflictError
+from accelkw_core.runtime.points import KEYED, ONE, POINTS, STACK
 
 if TYPE_CHECKING:
     import torch
 
     from accelkw_core.handlers.base import KwargsHandler
 
-__all__ = ["MIXED_PRECISION_MODES", "AcceleratorState", "LogEntry"]
+__all__ = ["MIXED_PRECISION_MODES", "AcceleratorState", "Contribution", "LogEntry"]
 
 MIXED_PRECISION_MODES = ("no", "fp16", "bf16")
 
-ModelWrapper = Callable[[Any], Any]
 Teardown = Callable[[], None]
+
+
+class Contribution(NamedTuple):
+    """One handler's contribution to an extension point (``key`` for keyed points)."""
+
+    handler: str
+    value: Any
+    key: str | None = None
 
 
 @dataclass(frozen=True)
@@ -51,16 +58,12 @@ def _env_int(env: Mapping[str, str], key: str, default: int, minimum: int) -> in
 class AcceleratorState:
     """The facts of a run (rank, world size, device, mixed precision) and what handlers set up.
 
-    Handlers fill the slots in ``apply(state)``:
-
-    - ``autocast_factory``: builds the runtime's autocast context manager;
-    - ``model_wrappers``: ``(handler name, callable)`` pairs applied to models in ``prepare``;
-    - ``grad_scaler``: the gradient scaler ``backward`` and optimizer steps go through;
-    - ``profiler_factory``: builds the context manager ``Accelerator.profile()`` enters;
-    - ``extras``: anything else, keyed by handler name (for third-party handlers);
-
-    and register undo actions with :meth:`add_teardown`. :meth:`record` keeps a log of what each
-    handler did or why it did nothing.
+    Handlers take part in the run only through the extension points of
+    :mod:`accelkw_core.runtime.points`: :meth:`contribute` adds to one (checking its
+    cardinality), :meth:`values` reads one in order, :meth:`add_teardown` stacks an undo action.
+    :meth:`record` keeps a log of what each handler did or why it did nothing;
+    :attr:`capabilities` says which handler provides what (``"gradient_sync"``, ...).
+    :attr:`extras` holds a handler's private data under its name; the runtime never reads it.
     """
 
     def __init__(
@@ -97,12 +100,11 @@ class AcceleratorState:
         self.master_port = master_port
         self.device_type = device_type if device_type is not None else _detect_device(cpu)
 
-        self.autocast_factory: Callable[[], AbstractContextManager[Any]] | None = None
-        self.model_wrappers: list[tuple[str, ModelWrapper]] = []
-        self.grad_scaler: Any = None
-        self.profiler_factory: Callable[[], AbstractContextManager[Any]] | None = None
-        self.extras: dict[str, Any] = {}
         self.handlers: dict[str, KwargsHandler] = {}
+        self.distributions: dict[str, str | None] = {}
+        self.capabilities: dict[str, str] = {}
+        self.extras: dict[str, Any] = {}
+        self._points: dict[str, list[Contribution]] = {}
         self.log: list[LogEntry] = []
         self._teardowns: list[tuple[str, Teardown]] = []
 
@@ -161,6 +163,52 @@ class AcceleratorState:
         """The log lines recorded by ``handler``."""
         return [e.message for e in self.log if e.handler == handler]
 
+    def contribute(self, point: str, handler: str, value: Any, *, key: str | None = None) -> None:
+        """Add ``handler``'s ``value`` to extension point ``point``, checking its cardinality.
+
+        Raises :class:`~accelkw_core.errors.PointConflictError` for a second contribution to a
+        point of cardinality one (or to one key of a keyed point), naming both handlers.
+        """
+        spec = POINTS.get(point)
+        if spec is None:
+            raise ValueError(
+                f"unknown extension point {point!r}; the points are: {', '.join(POINTS)}"
+            )
+        if spec.cardinality == STACK:
+            self.add_teardown(handler, value)
+            return
+        if spec.cardinality == KEYED and key is None:
+            key = handler
+        entries = self._points.setdefault(point, [])
+        if spec.cardinality in (ONE, KEYED):
+            for other in entries:
+                if other.key == key:
+                    raise PointConflictError(
+                        point,
+                        (other.handler, self.distributions.get(other.handler)),
+                        (handler, self.distributions.get(handler)),
+                        key if spec.cardinality == KEYED else None,
+                    )
+        entries.append(Contribution(handler, value, key))
+
+    def contributions(self, point: str) -> list[Contribution]:
+        """The contributions to ``point``, in the order they were made."""
+        if point == "teardown":
+            return [Contribution(name, fn) for name, fn in self._teardowns]
+        return list(self._points.get(point, ()))
+
+    def values(self, point: str) -> list[Any]:
+        """The contributed values of ``point``, in order (empty when nobody contributed)."""
+        return [c.value for c in self._points.get(point, ())]
+
+    def keyed(self, point: str) -> dict[str, Any]:
+        """The contributions of a keyed point (``checkpoint``, ``attribute``) by key."""
+        return {str(c.key): c.value for c in self._points.get(point, ())}
+
+    def provide(self, capability: str, handler: str) -> None:
+        """Record that ``handler`` provides ``capability`` (read by the runtime's gap checks)."""
+        self.capabilities.setdefault(capability, handler)
+
     def add_teardown(self, handler: str, fn: Teardown) -> None:
         """Register ``fn`` to undo what ``handler`` did; teardowns run in reverse order."""
         self._teardowns.append((handler, fn))
@@ -184,14 +232,24 @@ class AcceleratorState:
                 self.record(name, f"teardown failed: {type(exc).__name__}: {exc}", applied=False)
         return failures
 
-    def reset_slots(self) -> None:
-        """Empty every slot handlers fill (used after a failed composition)."""
-        self.autocast_factory = None
-        self.model_wrappers = []
-        self.grad_scaler = None
-        self.profiler_factory = None
+    def reset_points(self) -> None:
+        """Drop every contribution (used after a failed composition, once teardowns ran)."""
+        self._points = {}
+        self.capabilities = {}
         self.extras = {}
         self.handlers = {}
+
+    def scratch(self) -> AcceleratorState:
+        """A state with this one's facts and nothing contributed: for a handler passed per call.
+
+        ``accelerator.autocast(autocast_handler=...)`` plans its handler on a scratch state and
+        enters what it contributes, so a per-call override goes through the same points.
+        """
+        other = AcceleratorState.__new__(AcceleratorState)
+        other.__dict__.update(self.__dict__)
+        other.handlers, other.distributions, other.capabilities, other.extras = {}, {}, {}, {}
+        other._points, other.log, other._teardowns = {}, [], []
+        return other
 
     def summary(self) -> list[str]:
         """The log as printable lines."""

@@ -4,6 +4,7 @@ Nothing here mocks torch: :func:`run_workers` starts real processes that form a 
 ``torch.distributed`` group (gloo over loopback) when the target asks for one.
 """
 
+from accelkw_core.testing.contract import HandlerContract
 from accelkw_core.testing.helpers import (
     WorkerFailed,
     applied,
@@ -17,6 +18,7 @@ from accelkw_core.testing.helpers import (
 )
 
 __all__ = [
+    "HandlerContract",
     "WorkerFailed",
     "applied",
     "apply_handler",

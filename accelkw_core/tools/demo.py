@@ -79,15 +79,15 @@ def _loop(
     steady: tuple[int, float] | None = None
     window_loss: Any = 0.0
     # Profile the first steps only when a profiler is configured (the profile plugin).
-    profile = args.profile_steps > 0 and acc.state.profiler_factory is not None
+    profile = args.profile_steps > 0 and bool(acc.state.values("profiler"))
     # Without a process group (no process-group plugin) the ranks cannot talk: report locally.
     grouped = acc.num_processes == 1 or has_group()
     with contextlib.ExitStack() as profiling:
         profiler = profiling.enter_context(acc.profile()) if profile else None
         while step < args.steps:
             for x, y in loader:
-                with acc.autocast():
-                    loss = torch.nn.functional.mse_loss(model(x).float(), y)
+                # The prepared model's forward autocasts (mixed precision) by itself.
+                loss = torch.nn.functional.mse_loss(model(x), y)
                 acc.backward(loss)
                 optimizer.step()
                 optimizer.zero_grad()

@@ -10,10 +10,10 @@ from contextlib import AbstractContextManager
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, ClassVar
 
-from accelkw_core import ConfigError, KwargsHandler, handler_field
+from accelkw_core.plugin import ConfigError, KwargsHandler, Plan, handler_field
 
 if TYPE_CHECKING:
-    from accelkw_core import AcceleratorState
+    from accelkw_core.plugin import AcceleratorState
 
 __all__ = ["AutocastKwargs"]
 
@@ -27,11 +27,13 @@ ContextFactory = Callable[[], AbstractContextManager[Any]]
 class AutocastKwargs(KwargsHandler):
     """Customise how ``torch.autocast`` behaves (Accelerate's ``AutocastKwargs``).
 
-    With mixed precision ``"fp16"`` or ``"bf16"`` the runtime enters
+    With mixed precision ``"fp16"`` or ``"bf16"`` it contributes
     ``torch.autocast(device_type=state.device_type, dtype=torch.float16 | torch.bfloat16,
-    enabled=..., cache_enabled=...)`` around forward passes; ``cache_enabled`` is passed only when
-    it is not ``None``, so torch keeps its own default otherwise. With mixed precision ``"no"``
-    no autocast context is used at all.
+    enabled=..., cache_enabled=...)`` to the ``forward_context`` extension point, so every
+    forward of a prepared model (and ``accelerator.autocast()``) runs under it, and converts a
+    prepared model's half-precision outputs back to float32 (``forward_output``), as Accelerate
+    does. ``cache_enabled`` is passed only when it is not ``None``, so torch keeps its own
+    default otherwise. With mixed precision ``"no"`` it contributes nothing.
 
     Example::
 
@@ -87,30 +89,23 @@ class AutocastKwargs(KwargsHandler):
         return functools.partial(torch.autocast, **kwargs)
 
     def context(self, state: AcceleratorState) -> AbstractContextManager[Any]:
-        """A context manager that autocasts as this handler says on ``state``.
-
-        This is what ``Accelerator.autocast(autocast_handler=...)`` enters for a per-call
-        override; leaving it restores whatever autocast setting was active before.
-        """
+        """A context manager that autocasts as this handler says on ``state``."""
         return self.factory(state)()
 
-    def apply(self, state: AcceleratorState) -> None:
-        """Set ``state.autocast_factory`` and record what it does (or why autocast is unused)."""
-        state.autocast_factory = self.factory(state)
-        state.record(self.name, self._plan(state), applied=state.mixed_precision in _DTYPES)
+    def plan(self, state: AcceleratorState) -> Plan:
+        """The autocast context around forwards on ``state``, or why there is none.
 
-    def describe(self, state: AcceleratorState) -> str:
-        """What :meth:`apply` would do on ``state``; imports nothing and changes nothing."""
-        return self._plan(state)
-
-    def _plan(self, state: AcceleratorState) -> str:
+        Checks that this torch build can autocast as asked (a :class:`ConfigError` otherwise),
+        which imports torch; it changes nothing.
+        """
+        plan = Plan(self.name)
         if state.mixed_precision not in _DTYPES:
             text = f"mixed precision {state.mixed_precision!r}: autocast not used"
             explicit = self.explicit_kwargs()
             if explicit:
                 settings = ", ".join(f"{k}={v!r}" for k, v in explicit.items())
                 text += f" ({settings} has no effect without fp16 or bf16)"
-            return text
+            return plan.note(text)
         args = [
             f"device_type={state.device_type!r}",
             f"dtype=torch.{_DTYPES[state.mixed_precision]}",
@@ -118,10 +113,36 @@ class AutocastKwargs(KwargsHandler):
         ]
         if self.cache_enabled is not None:
             args.append(f"cache_enabled={self.cache_enabled!r}")
-        text = f"torch.autocast({', '.join(args)}) around forward passes"
+        text = (
+            f"torch.autocast({', '.join(args)}) around every forward of prepared models "
+            "and in accelerator.autocast()"
+        )
         if not self.enabled:
             text += "; autocasting explicitly turned off inside it"
-        return text
+        plan.contribute("forward_context", self.factory(state), text)
+        plan.contribute(
+            "forward_output",
+            outputs_to_fp32,
+            "prepared models return float32 outputs (half-precision tensors converted)",
+        )
+        return plan
+
+
+def outputs_to_fp32(outputs: Any) -> Any:
+    """``outputs`` with every float16/bfloat16 tensor (nested lists, tuples, dicts) in float32."""
+    import torch
+
+    if isinstance(outputs, torch.Tensor):
+        if outputs.dtype in (torch.float16, torch.bfloat16):
+            return outputs.float()
+        return outputs
+    if isinstance(outputs, dict):
+        return type(outputs)({k: outputs_to_fp32(v) for k, v in outputs.items()})
+    if isinstance(outputs, tuple) and hasattr(outputs, "_fields"):
+        return type(outputs)(*(outputs_to_fp32(v) for v in outputs))
+    if isinstance(outputs, list | tuple):
+        return type(outputs)(outputs_to_fp32(v) for v in outputs)
+    return outputs
 
 
 def _check_supported(torch: Any, kwargs: dict[str, Any], mode: str) -> None:

@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Callable
 
 from accelkw_autocast.handler import AutocastKwargs
-from accelkw_core import KwargsHandler, hookimpl
+from accelkw_core.plugin import KwargsHandler, hookimpl
 
 __all__ = ["accelkw_register_handlers"]
 

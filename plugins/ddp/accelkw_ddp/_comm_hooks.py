@@ -12,8 +12,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from accelkw_core import ConfigError
-from accelkw_core.errors import suggest
+from accelkw_core.plugin import ConfigError, suggest
 
 __all__ = ["POWER_SGD_HOOKS", "CommHook", "check_hook_on_backend", "resolve_comm_hook"]
 

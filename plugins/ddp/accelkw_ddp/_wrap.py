@@ -5,11 +5,11 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
-from accelkw_core import AccelkwError
+from accelkw_core.plugin import AccelkwError
 from accelkw_ddp._comm_hooks import CommHook
 
 if TYPE_CHECKING:
-    from accelkw_core import AcceleratorState
+    from accelkw_core.plugin import AcceleratorState
 
 __all__ = ["backend_for", "describe_call", "wrap_model"]
 

@@ -9,7 +9,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, ClassVar, Literal
 
-from accelkw_core import ConfigError, KwargsHandler, handler_field
+from accelkw_core.plugin import ConfigError, KwargsHandler, Plan, handler_field
 from accelkw_ddp._comm_hooks import (
     POWER_SGD_HOOKS,
     CommHook,
@@ -19,7 +19,7 @@ from accelkw_ddp._comm_hooks import (
 from accelkw_ddp._wrap import backend_for, describe_call, wrap_model
 
 if TYPE_CHECKING:
-    from accelkw_core import AcceleratorState
+    from accelkw_core.plugin import AcceleratorState
 
 __all__ = ["DDPCommunicationHookType", "DistributedDataParallelKwargs"]
 
@@ -171,10 +171,6 @@ class DistributedDataParallelKwargs(KwargsHandler):
         """The DDP fields that differ from the defaults (reference: comm_* fields excluded)."""
         return {k: v for k, v in super().to_kwargs().items() if k not in COMM_FIELDS}
 
-    def explicit_fields(self) -> frozenset[str]:
-        """Names of every field you set, the comm_* fields included."""
-        return self._explicit_names() | frozenset(KwargsHandler.to_kwargs(self))
-
     def ddp_kwargs(self) -> dict[str, Any]:
         """The keyword arguments the wrapper passes to ``DistributedDataParallel``."""
         return self._ddp_call()[0]
@@ -185,11 +181,14 @@ class DistributedDataParallelKwargs(KwargsHandler):
             NAME, str(self.comm_hook), str(self.comm_wrapper), self.comm_state_option
         )
 
-    def apply(self, state: AcceleratorState) -> None:
-        """Add the DDP model wrapper to ``state`` (more than one process), or record why not."""
+    def plan(self, state: AcceleratorState) -> Plan:
+        """The DDP model wrapper on a multi-process ``state``, or why models are not wrapped.
+
+        Raises :class:`~accelkw_core.plugin.ConfigError` for settings this torch cannot use.
+        """
+        plan = Plan(NAME)
         if state.world_size <= 1:
-            state.record(NAME, "world size 1: model not wrapped", applied=False)
-            return
+            return plan.note("world size 1: model not wrapped")
         import torch.distributed as dist
 
         kwargs, notes = self._ddp_call()
@@ -203,31 +202,20 @@ class DistributedDataParallelKwargs(KwargsHandler):
         def wrap(model: Any) -> Any:
             return wrap_model(model, state, device_ids, kwargs, hook, self._check_group)
 
-        state.model_wrappers.append((NAME, wrap))
-        state.record(NAME, "models will be wrapped in " + describe_call(device_ids, kwargs, hook))
-        for note in notes:
-            state.record(NAME, note, applied=False)
-        if not group_ready:
-            state.record(
-                NAME,
-                "no process group yet: one must exist when models are prepared "
-                "(accelkw-process-group creates it)",
-                applied=False,
-            )
-
-    def describe(self, state: AcceleratorState) -> str:
-        """What ``apply`` would do on ``state``; wraps nothing."""
-        if state.world_size <= 1:
-            return "world size 1: model not wrapped"
-        try:
-            kwargs, notes = self._ddp_call()
-            hook = self.comm_hook_plan()
-        except ConfigError as exc:
-            return f"would fail: {exc}"
-        device_ids = [state.local_rank] if state.device_type == "cuda" else None
-        return "; ".join(
-            ["would wrap models in " + describe_call(device_ids, kwargs, hook), *notes]
+        plan.contribute(
+            "model_wrapper",
+            wrap,
+            "models will be wrapped in " + describe_call(device_ids, kwargs, hook),
+            provides=("gradient_sync",),
         )
+        for note in notes:
+            plan.note(note)
+        if not group_ready:
+            plan.note(
+                "a process group must exist when models are prepared "
+                "(accelkw-process-group creates it)"
+            )
+        return plan
 
     def _check_group(self, state: AcceleratorState) -> None:
         """Checks that need the process group: the backend the model's tensors will use."""

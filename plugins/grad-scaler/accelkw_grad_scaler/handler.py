@@ -3,13 +3,14 @@
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, ClassVar
 
-from accelkw_core import ConfigError, KwargsHandler, handler_field
+from accelkw_core.plugin import ConfigError, KwargsHandler, Plan, StepContext, handler_field
 
 if TYPE_CHECKING:
-    from accelkw_core import AcceleratorState
+    from accelkw_core.plugin import AcceleratorState
 
 __all__ = ["GradScalerKwargs"]
 
@@ -18,12 +19,13 @@ __all__ = ["GradScalerKwargs"]
 class GradScalerKwargs(KwargsHandler):
     """Customise the gradient scaler of fp16 mixed precision (Accelerate's ``GradScalerKwargs``).
 
-    With mixed precision ``"fp16"``, :meth:`apply` creates
-    ``torch.amp.GradScaler(state.device_type, init_scale=..., growth_factor=...,
-    backoff_factor=..., growth_interval=..., enabled=...)`` and puts it in ``state.grad_scaler``;
-    the runtime then does ``scaler.scale(loss).backward()``, ``scaler.step(optimizer)`` and
-    ``scaler.update()``. With ``"bf16"`` or ``"no"`` there is nothing to scale: no scaler is
-    created and the state's log says why.
+    With mixed precision ``"fp16"`` it creates ``torch.amp.GradScaler(state.device_type,
+    init_scale=..., growth_factor=..., backoff_factor=..., growth_interval=..., enabled=...)``
+    and contributes it to the run's extension points: ``backward`` (``scaler.scale(loss)
+    .backward()``), ``around_step`` (``scaler.step(optimizer)``, which unscales and skips a step
+    with inf/NaN gradients, then ``scaler.update()``), ``checkpoint`` (its state is saved with
+    the run) and ``attribute`` (``accelerator.scaler``). With ``"bf16"`` or ``"no"`` there is
+    nothing to scale: no scaler is created and the state's log says why.
 
     ``enabled=False`` still sets a scaler, a disabled one, as Accelerate does: its ``scale``
     returns the loss unchanged and its ``step`` calls ``optimizer.step()`` directly, so the
@@ -83,17 +85,23 @@ class GradScalerKwargs(KwargsHandler):
 
         return torch.amp.GradScaler(device_type, **self.scaler_kwargs())
 
-    def apply(self, state: AcceleratorState) -> None:
-        """Set ``state.grad_scaler`` for fp16 runs; record what was done or why nothing was."""
+    def plan(self, state: AcceleratorState) -> Plan:
+        """The scaler's contributions for an fp16 run, or why there is no scaler."""
+        plan = Plan(self.name)
+        text = self._plan(state)
         if state.mixed_precision != "fp16":
-            state.record(self.name, self._plan(state), applied=False)
-            return
-        state.grad_scaler = self.build(state.device_type)
-        state.record(self.name, self._plan(state))
-
-    def describe(self, state: AcceleratorState) -> str:
-        """What :meth:`apply` would do on ``state``; creates nothing."""
-        return self._plan(state)
+            return plan.note(text)
+        scaler = self.build(state.device_type)
+        plan.contribute("backward", _ScaledBackward(scaler), text, provides=("loss_scaling",))
+        plan.contribute(
+            "around_step",
+            _ScaledStep(scaler),
+            "optimizer steps go through scaler.step() (unscale; skip on inf/NaN) and "
+            "scaler.update()",
+        )
+        plan.contribute("checkpoint", scaler, "the scaler's state is saved with the run")
+        plan.contribute("attribute", scaler, "accelerator.scaler is this scaler", key="scaler")
+        return plan
 
     def _plan(self, state: AcceleratorState) -> str:
         if state.mixed_precision != "fp16":
@@ -116,3 +124,62 @@ class GradScalerKwargs(KwargsHandler):
             f"growth_factor={self.growth_factor:g}, backoff_factor={self.backoff_factor:g}, "
             f"growth_interval={self.growth_interval})"
         )
+
+
+class _ScaledBackward:
+    """``backward`` contribution: ``scaler.scale(loss).backward(**kwargs)``."""
+
+    __slots__ = ("scaler",)
+
+    def __init__(self, scaler: Any) -> None:
+        self.scaler = scaler
+
+    def __call__(self, loss: Any, **kwargs: Any) -> None:
+        self.scaler.scale(loss).backward(**kwargs)
+
+
+_NO_STEP = object()
+
+
+class _ScaledStep:
+    """``around_step`` contribution: the optimizer step through ``scaler.step``, then update.
+
+    ``scaler.step(optimizer)`` unscales the gradients (unless ``unscale_`` ran already, as for
+    gradient clipping), then calls ``optimizer.step()`` only when they are finite. That call is
+    routed into ``proceed()`` for the time of the step, so the inner contributions (a clipping
+    handler) and the real step run exactly when the scaler steps, and not at all when it skips.
+    """
+
+    __slots__ = ("scaler",)
+
+    def __init__(self, scaler: Any) -> None:
+        self.scaler = scaler
+
+    def __call__(self, step: StepContext, proceed: Callable[[], Any]) -> Any:
+        optimizer = step.optimizer
+        # An instance attribute set by someone else (an LR scheduler's step counter) survives.
+        saved = optimizer.__dict__.get("step", _NO_STEP)
+
+        def restore() -> None:
+            if saved is _NO_STEP:
+                optimizer.__dict__.pop("step", None)
+            else:
+                optimizer.__dict__["step"] = saved
+
+        def routed(*args: Any, **kwargs: Any) -> Any:
+            # The closure is already the step's; keywords (grad_scaler= for fused optimizers)
+            # go on to the real step.
+            restore()
+            step.kwargs.update(kwargs)
+            return proceed()
+
+        optimizer.__dict__["step"] = routed
+        try:
+            if step.closure is not None:
+                result = self.scaler.step(optimizer, step.closure)
+            else:
+                result = self.scaler.step(optimizer)
+        finally:
+            restore()
+        self.scaler.update()
+        return result

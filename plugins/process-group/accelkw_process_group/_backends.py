@@ -9,11 +9,10 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from accelkw_core import ConfigError
-from accelkw_core.errors import suggest
+from accelkw_core.plugin import ConfigError, suggest
 
 if TYPE_CHECKING:
-    from accelkw_core import AcceleratorState
+    from accelkw_core.plugin import AcceleratorState
 
 __all__ = [
     "BUILTIN_BACKENDS",

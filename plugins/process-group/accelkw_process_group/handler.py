@@ -2,13 +2,13 @@
 
 from __future__ import annotations
 
+import functools
 import os
-import sys
 from dataclasses import dataclass
 from datetime import timedelta
 from typing import TYPE_CHECKING, Any, ClassVar
 
-from accelkw_core import ConfigError, KwargsHandler, handler_field
+from accelkw_core.plugin import ConfigError, KwargsHandler, Plan, handler_field
 from accelkw_process_group._backends import (
     available_backends,
     backend_names,
@@ -20,7 +20,7 @@ from accelkw_process_group._backends import (
 from accelkw_process_group._exit_guard import settle_workers_at_exit
 
 if TYPE_CHECKING:
-    from accelkw_core import AcceleratorState
+    from accelkw_core.plugin import AcceleratorState
 
 __all__ = ["GroupPlan", "InitProcessGroupKwargs"]
 
@@ -29,7 +29,7 @@ NAME = "process_group"
 
 @dataclass(frozen=True)
 class GroupPlan:
-    """What :meth:`InitProcessGroupKwargs.apply` passes to ``init_process_group``, and why.
+    """What :meth:`InitProcessGroupKwargs.plan` passes to ``init_process_group``, and why.
 
     ``None`` for ``backend``, ``init_method`` or ``timeout`` means the argument is left to
     torch (its default backend, ``env://``, its backend-dependent timeout). ``notes`` explain
@@ -106,7 +106,7 @@ class InitProcessGroupKwargs(KwargsHandler):
                 "a URL such as 'env://', 'tcp://HOST:PORT' or 'file:///PATH', or None",
             )
 
-    def plan(self, state: AcceleratorState) -> GroupPlan:
+    def group_plan(self, state: AcceleratorState) -> GroupPlan:
         """What ``apply`` would pass to ``init_process_group`` on ``state``; creates nothing.
 
         Raises :class:`~accelkw_core.ConfigError` when the backend cannot run here or no
@@ -123,11 +123,16 @@ class InitProcessGroupKwargs(KwargsHandler):
             backend, init_method, self.timeout, (backend_note, init_note, timeout_note), fallback
         )
 
-    def apply(self, state: AcceleratorState) -> None:
-        """Initialise the process group for ``state`` (or use the existing one), or record why not."""
+    def plan(self, state: AcceleratorState) -> Plan:
+        """Initialise the process group on a multi-process ``state`` (or use the existing one).
+
+        Raises :class:`~accelkw_core.plugin.ConfigError` when the backend cannot run here or no
+        rendezvous is configured. Creates nothing: the group is created when the plan is
+        carried out.
+        """
+        plan = Plan(NAME)
         if state.world_size <= 1:
-            state.record(NAME, "world size 1: no process group", applied=False)
-            return
+            return plan.note("world size 1: no process group")
         import torch.distributed as dist
 
         if not dist.is_available():
@@ -135,48 +140,15 @@ class InitProcessGroupKwargs(KwargsHandler):
                 NAME, "backend", self.backend, "a torch build with torch.distributed support"
             )
         if dist.is_initialized():
-            self._use_existing(state)
-            return
-        plan = self.plan(state)
-        dist.init_process_group(**plan.init_kwargs(state.rank, state.world_size))
-        created = dist.group.WORLD
-        settle_workers_at_exit()
-
-        def destroy() -> None:
-            # Only the group made here: a user may have replaced it since.
-            if dist.is_initialized() and dist.group.WORLD is created:
-                dist.destroy_process_group()
-                state.record(NAME, "destroyed the process group it created")
-            else:
-                state.record(
-                    NAME, "teardown: the group it created was already destroyed", applied=False
-                )
-
-        state.add_teardown(NAME, destroy)
-        if plan.fallback is not None:
-            state.record(NAME, plan.fallback)
-        state.record(
-            NAME,
-            f"initialised the process group: rank {state.rank} of {state.world_size}; "
-            + "; ".join(plan.notes),
-        )
-
-    def describe(self, state: AcceleratorState) -> str:
-        """What ``apply`` would do on ``state``, without creating a process group."""
-        if state.world_size <= 1:
-            return "world size 1: no process group"
-        dist = sys.modules.get("torch.distributed")
-        if dist is not None and dist.is_available() and dist.is_initialized():
-            unapplied = self._unapplied(str(dist.get_backend()))
-            text = f"would use the existing process group (backend {dist.get_backend()!r})"
-            return text + (f"; could not apply: {', '.join(unapplied)}" if unapplied else "")
-        try:
-            plan = self.plan(state)
-        except ConfigError as exc:
-            return f"would fail: {exc}"
-        return (
-            f"would initialise the process group: rank {state.rank} of {state.world_size}; "
-            + "; ".join(plan.notes)
+            return self._use_existing(plan, state)
+        group = self.group_plan(state)
+        if group.fallback is not None:
+            plan.note(group.fallback)
+        return plan.run(
+            functools.partial(_init_group, group),
+            f"initialise the process group: rank {state.rank} of {state.world_size}; "
+            + "; ".join(group.notes),
+            provides=("process_group",),
         )
 
     def _plan_backend(
@@ -235,31 +207,25 @@ class InitProcessGroupKwargs(KwargsHandler):
             "`accelkw launch` set them); set them, or set init_method='tcp://HOST:PORT'",
         )
 
-    def _use_existing(self, state: AcceleratorState) -> None:
+    def _use_existing(self, plan: Plan, state: AcceleratorState) -> Plan:
         import torch.distributed as dist
 
         existing = str(dist.get_backend())
         size = dist.get_world_size()
-        state.record(
-            NAME,
+        plan.note(
             f"using the existing process group (backend {existing!r}, {size} processes); "
             "it was not created here, so teardown leaves it alone",
         )
         unapplied = self._unapplied(existing)
         if unapplied:
-            state.record(
-                NAME,
+            plan.note(
                 "could not apply to the existing process group: "
                 + ", ".join(unapplied)
-                + " (set them where that group is created)",
-                applied=False,
+                + " (set them where that group is created)"
             )
         if size != state.world_size:
-            state.record(
-                NAME,
-                f"the existing group has {size} processes but the run has {state.world_size}",
-                applied=False,
-            )
+            plan.note(f"the existing group has {size} processes but the run has {state.world_size}")
+        return plan
 
     def _unapplied(self, existing_backend: str) -> list[str]:
         """The explicit settings an existing group (with ``existing_backend``) does not reflect."""
@@ -280,3 +246,23 @@ def _show(value: object) -> str:
     if isinstance(value, timedelta):
         return f"{value.total_seconds():g}s"
     return repr(value)
+
+
+def _init_group(group: GroupPlan, state: AcceleratorState) -> None:
+    import torch.distributed as dist
+
+    dist.init_process_group(**group.init_kwargs(state.rank, state.world_size))
+    created = dist.group.WORLD
+    settle_workers_at_exit()
+
+    def destroy() -> None:
+        # Only the group made here: a user may have replaced it since.
+        if dist.is_initialized() and dist.group.WORLD is created:
+            dist.destroy_process_group()
+            state.record(NAME, "destroyed the process group it created")
+        else:
+            state.record(
+                NAME, "teardown: the group it created was already destroyed", applied=False
+            )
+
+    state.add_teardown(NAME, destroy)

@@ -9,14 +9,13 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, ClassVar, Literal
 
-from accelkw_core import ConfigError, KwargsHandler, handler_field
-from accelkw_core.errors import suggest
+from accelkw_core.plugin import ConfigError, KwargsHandler, Plan, handler_field, suggest
 from accelkw_profile.trace import NoOpProfiler, check_overwritable, export_trace, prepare_trace_dir
 
 if TYPE_CHECKING:
     import torch
 
-    from accelkw_core import AcceleratorState
+    from accelkw_core.plugin import AcceleratorState
 
 __all__ = ["SCHEDULE_KEYS", "TRACE_NAME", "ProfileKwargs"]
 
@@ -188,23 +187,22 @@ class ProfileKwargs(KwargsHandler):
         if path is not None:
             export_trace(profiler, path)
 
-    def apply(self, state: AcceleratorState) -> None:
-        """Set ``state.profiler_factory`` and record what ``profile()`` will do on this rank."""
-        state.profiler_factory = functools.partial(self.context, state)
-        state.record(self.name, self._plan(state), applied=self.selects(state.rank))
-
-    def describe(self, state: AcceleratorState) -> str:
-        """What ``profile()`` would do on ``state``'s rank; builds nothing.
+    def plan(self, state: AcceleratorState) -> Plan:
+        """What ``profile()`` will do on ``state``'s rank; builds no profiler.
 
         Activities set explicitly are checked against this machine (which imports torch), so
         ``accelkw plan`` shows ``ProfileKwargs(activities=["cuda"])`` failing on a CPU machine.
         """
+        text = self._plan(state)
         if self.activities is not None and self.selects(state.rank):
             try:
                 self.profiler_activities()
             except ConfigError as exc:
-                return f"would fail when profile() is entered: {exc}"
-        return self._plan(state)
+                # Accelerate fails when profile() is entered, not when the run is set up: the
+                # profiler is still contributed, and entering it raises this error (without a
+                # contribution, profile() would run unprofiled with only a warning).
+                text = f"would fail when profile() is entered: {exc}"
+        return Plan(self.name).contribute("profiler", functools.partial(self.context, state), text)
 
     def _plan(self, state: AcceleratorState) -> str:
         missing = [r for r in self.profile_ranks or () if r >= state.world_size]

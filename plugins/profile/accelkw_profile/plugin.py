@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-from accelkw_core import KwargsHandler, hookimpl
+from accelkw_core.plugin import KwargsHandler, hookimpl
 from accelkw_profile.handler import ProfileKwargs
 
 __all__ = ["accelkw_register_handlers"]

@@ -7,7 +7,7 @@ import os
 import warnings
 from typing import Any
 
-from accelkw_core import ConfigError
+from accelkw_core.plugin import ConfigError
 
 __all__ = ["NoOpProfiler", "check_overwritable", "export_trace", "prepare_trace_dir"]
 

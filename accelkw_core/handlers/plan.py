@@ -1,0 +1,116 @@
+"""``Plan``: what a handler would do on a state, and the one path by which apply does it.
+
+A handler's :meth:`~accelkw_core.handlers.base.KwargsHandler.plan` builds a :class:`Plan`
+without side effects; ``accelkw plan`` prints it, and ``apply`` carries the same plan out. So
+what a user sees before a run is what the run does.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable
+from typing import TYPE_CHECKING, Any, NamedTuple
+
+if TYPE_CHECKING:
+    from accelkw_core.runtime.state import AcceleratorState
+
+__all__ = ["Plan", "PlanStep"]
+
+
+class PlanStep(NamedTuple):
+    """One step of a plan: a message and what carrying it out does.
+
+    ``point``/``value``/``key``: a contribution to an extension point; ``action``: a side
+    effect run at apply time (creating a process group); neither: a note on why nothing happens.
+    """
+
+    message: str
+    point: str | None = None
+    value: Any = None
+    key: str | None = None
+    action: Callable[[AcceleratorState], None] | None = None
+    provides: tuple[str, ...] = ()
+
+    @property
+    def effective(self) -> bool:
+        """Whether carrying the step out changes the run (a note does not)."""
+        return self.point is not None or self.action is not None
+
+
+class Plan:
+    """The steps a handler takes on a state, in order; built by ``plan()``, run by ``apply()``.
+
+    Example::
+
+        def plan(self, state):
+            plan = Plan(self.name)
+            if state.world_size == 1:
+                return plan.note("world size 1: nothing to clip across processes")
+            return plan.contribute("around_step", self._clip, "clip gradients to max_norm 1.0")
+    """
+
+    __slots__ = ("handler", "steps")
+
+    def __init__(self, handler: str) -> None:
+        self.handler = handler
+        self.steps: list[PlanStep] = []
+
+    def contribute(
+        self,
+        point: str,
+        value: Any,
+        message: str,
+        *,
+        key: str | None = None,
+        provides: Iterable[str] = (),
+    ) -> Plan:
+        """Contribute ``value`` to extension ``point`` when applied; ``message`` says what it does.
+
+        ``provides`` names capabilities this gives the run (``"gradient_sync"``), which the
+        runtime's gap checks ask for instead of handler names.
+        """
+        self.steps.append(PlanStep(message, point, value, key, None, tuple(provides)))
+        return self
+
+    def run(
+        self,
+        action: Callable[[AcceleratorState], None],
+        message: str,
+        *,
+        provides: Iterable[str] = (),
+    ) -> Plan:
+        """Run ``action(state)`` when applied (a side effect such as creating a process group)."""
+        self.steps.append(PlanStep(message, None, None, None, action, tuple(provides)))
+        return self
+
+    def note(self, message: str) -> Plan:
+        """Say why something does not happen; carrying it out only logs the message."""
+        self.steps.append(PlanStep(message))
+        return self
+
+    @property
+    def effective(self) -> bool:
+        """Whether any step changes the run."""
+        return any(step.effective for step in self.steps)
+
+    @property
+    def provides(self) -> set[str]:
+        """Every capability the plan's steps provide."""
+        return {cap for step in self.steps for cap in step.provides}
+
+    def summary(self) -> str:
+        """The steps' messages as one line (what ``accelkw plan`` prints)."""
+        return "; ".join(step.message for step in self.steps) or "nothing to do"
+
+    def carry_out(self, state: AcceleratorState) -> None:
+        """Do every step on ``state`` in order, recording each message in the state's log."""
+        for step in self.steps:
+            if step.action is not None:
+                step.action(state)
+            if step.point is not None:
+                state.contribute(step.point, self.handler, step.value, key=step.key)
+            for capability in step.provides:
+                state.provide(capability, self.handler)
+            state.record(self.handler, step.message, applied=step.effective)
+
+    def __repr__(self) -> str:
+        return f"Plan({self.handler!r}: {self.summary()})"

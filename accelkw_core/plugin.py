@@ -1,0 +1,30 @@
+"""The plugin-author tier: everything a handler plugin needs from the core, and nothing else.
+
+A plugin that imports only from here (and from :mod:`accelkw_core.testing` in its tests) keeps
+working across releases of the same minor version; see the versioning policy in the docs.
+"""
+
+from accelkw_core.discovery.hookspecs import hookimpl
+from accelkw_core.errors import AccelkwError, ConfigError, PointConflictError, suggest
+from accelkw_core.handlers.base import KwargsHandler, handler_field
+from accelkw_core.handlers.plan import Plan, PlanStep
+from accelkw_core.runtime.points import POINTS, ExtensionPoint
+from accelkw_core.runtime.state import AcceleratorState, Contribution
+from accelkw_core.runtime.stepping import StepContext
+
+__all__ = [
+    "POINTS",
+    "AcceleratorState",
+    "AccelkwError",
+    "ConfigError",
+    "Contribution",
+    "ExtensionPoint",
+    "KwargsHandler",
+    "Plan",
+    "PlanStep",
+    "PointConflictError",
+    "StepContext",
+    "handler_field",
+    "hookimpl",
+    "suggest",
+]

@@ -1,0 +1,74 @@
+"""Planning a run without running it: each handler's plan on a state, and the gaps they leave.
+
+``accelkw plan`` prints this; ``Accelerator`` carries the same plans out (``apply`` runs
+``plan(state).carry_out(state)``), so the dry run and the run never disagree.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import TYPE_CHECKING, Any
+
+from accelkw_core.errors import AccelkwError
+from accelkw_core.handlers.base import KwargsHandler
+from accelkw_core.handlers.plan import Plan
+from accelkw_core.runtime.gaps import find_gaps, live_capabilities
+
+if TYPE_CHECKING:
+    from accelkw_core.config.settings import Settings
+    from accelkw_core.runtime.state import AcceleratorState
+
+__all__ = ["HandlerPlan", "plan_handler", "plan_run"]
+
+
+class HandlerPlan:
+    """A handler's plan on a state, or why it could not be planned (``error``)."""
+
+    __slots__ = ("error", "name", "plan")
+
+    def __init__(self, name: str, plan: Plan | None, error: str | None = None) -> None:
+        self.name = name
+        self.plan = plan
+        self.error = error
+
+    @property
+    def summary(self) -> str:
+        """One line: the plan's steps, or ``would fail: ...``."""
+        if self.plan is None:
+            return f"would fail: {self.error}"
+        return self.plan.summary()
+
+
+def plan_handler(name: str, handler: KwargsHandler, state: AcceleratorState) -> HandlerPlan:
+    """``handler.plan(state)``; an error (a bad value, a plugin bug) becomes ``would fail``.
+
+    A handler written before plans existed (it overrides ``apply`` and not ``plan``) is shown by
+    its ``describe()``, since its ``apply`` does not go through a plan.
+    """
+    cls = type(handler)
+    try:
+        if cls.plan is KwargsHandler.plan and cls.apply is not KwargsHandler.apply:
+            described = (
+                handler.describe(state) if cls.describe is not KwargsHandler.describe else ""
+            )
+            return HandlerPlan(
+                name, Plan(name).note(described or "applies (apply() without plan())")
+            )
+        return HandlerPlan(name, handler.plan(state))
+    except AccelkwError as exc:
+        return HandlerPlan(name, None, str(exc))
+    except Exception as exc:  # a plugin's plan() must not hide the rest of the plan
+        return HandlerPlan(name, None, f"plan() raised {type(exc).__name__}: {exc}")
+
+
+def plan_run(
+    settings: Settings,
+    state: AcceleratorState,
+    installed: Mapping[str, Any],
+) -> tuple[list[HandlerPlan], list[str]]:
+    """Every composed handler's plan on ``state``, in apply order, and the gaps they leave."""
+    plans = [plan_handler(hs.name, hs.handler, state) for hs in settings.handlers]
+    provided = {cap for hp in plans if hp.plan is not None for cap in hp.plan.provides}
+    capabilities = live_capabilities(state, provided)
+    gaps = find_gaps(state.world_size, capabilities, installed, settings.disabled)
+    return plans, gaps

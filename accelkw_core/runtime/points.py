@@ -1,0 +1,149 @@
+"""The extension points: where a handler takes part in a run, each with a declared cardinality.
+
+A handler contributes to a point from its plan (:meth:`Plan.contribute
+<accelkw_core.handlers.plan.Plan.contribute>`); the runtime reads every point generically and
+knows no handler by name. The built-in handlers use these points and nothing else, exactly as a
+third party's handler does.
+
+Cardinalities:
+
+- ``one``: at most one contribution; a second is a :class:`~accelkw_core.errors.PointConflictError`
+  that names both handlers and their distributions;
+- ``many``: every contribution, in composition order;
+- ``keyed``: one contribution per key (a second for the same key is a conflict);
+- ``stack``: run in reverse order of contribution (teardowns).
+"""
+
+from __future__ import annotations
+
+from typing import NamedTuple
+
+__all__ = [
+    "AFTER_STEP",
+    "AROUND_STEP",
+    "ATTRIBUTE",
+    "BACKWARD",
+    "CHECKPOINT",
+    "DATA_LOADER_WRAPPER",
+    "FORWARD_CONTEXT",
+    "FORWARD_OUTPUT",
+    "KEYED",
+    "MANY",
+    "MODEL_WRAPPER",
+    "ONE",
+    "OPTIMIZER_WRAPPER",
+    "POINTS",
+    "PROFILER",
+    "STACK",
+    "TEARDOWN",
+    "ExtensionPoint",
+]
+
+ONE, MANY, KEYED, STACK = "one", "many", "keyed", "stack"
+
+
+class ExtensionPoint(NamedTuple):
+    """One extension point: its name, cardinality, what a contribution is and how it is used."""
+
+    name: str
+    cardinality: str
+    contribution: str
+    used: str
+
+
+FORWARD_CONTEXT = ExtensionPoint(
+    "forward_context",
+    MANY,
+    "a zero-argument callable returning a context manager",
+    "entered around every forward of a prepared model and by ``accelerator.autocast()``; the "
+    "first contribution is the outermost context",
+)
+FORWARD_OUTPUT = ExtensionPoint(
+    "forward_output",
+    MANY,
+    "a callable ``convert(outputs) -> outputs``",
+    "applied in order to what every forward of a prepared model returns, outside the forward "
+    "contexts (mixed precision converts outputs back to fp32)",
+)
+MODEL_WRAPPER = ExtensionPoint(
+    "model_wrapper",
+    MANY,
+    "a callable ``wrap(model) -> model``",
+    "applied by ``prepare`` in composition order, after the model moved to the device: the "
+    "wrapper of the handler composed last ends up outermost",
+)
+OPTIMIZER_WRAPPER = ExtensionPoint(
+    "optimizer_wrapper",
+    MANY,
+    "a callable ``wrap(optimizer) -> optimizer``",
+    "applied by ``prepare`` in composition order, before the runtime's own optimizer wrapper",
+)
+DATA_LOADER_WRAPPER = ExtensionPoint(
+    "data_loader_wrapper",
+    MANY,
+    "a callable ``wrap(loader) -> loader``",
+    "applied by ``prepare`` in composition order, after the runtime's default sharding",
+)
+BACKWARD = ExtensionPoint(
+    "backward",
+    ONE,
+    "a callable ``backward(loss, **kwargs)``",
+    "what ``accelerator.backward(loss)`` runs instead of ``loss.backward()``",
+)
+AROUND_STEP = ExtensionPoint(
+    "around_step",
+    MANY,
+    "a callable ``around(step: StepContext, proceed) -> result``",
+    "nested around every optimizer step, the first contribution outermost: code before "
+    "``proceed()``, the step (and the inner contributions) inside it, code after it; not "
+    "calling ``proceed()`` skips the step",
+)
+AFTER_STEP = ExtensionPoint(
+    "after_step",
+    MANY,
+    "a callable ``after(step: StepContext) -> None``",
+    "called after every optimizer step, in composition order (``step.skipped`` says whether "
+    "the parameters changed)",
+)
+PROFILER = ExtensionPoint(
+    "profiler",
+    ONE,
+    "a zero-argument callable returning a context manager that yields a profiler",
+    "what ``accelerator.profile()`` enters",
+)
+CHECKPOINT = ExtensionPoint(
+    "checkpoint",
+    KEYED,
+    "an object with ``state_dict()`` and ``load_state_dict(state)``",
+    "saved and loaded with the run by ``save_state``/``load_state``, keyed by handler name",
+)
+ATTRIBUTE = ExtensionPoint(
+    "attribute",
+    KEYED,
+    "any object, keyed by an attribute name of ``Accelerator``",
+    "read through the ``Accelerator`` attribute of that name (``accelerator.scaler``)",
+)
+TEARDOWN = ExtensionPoint(
+    "teardown",
+    STACK,
+    "a zero-argument callable",
+    "run once, in reverse order, by ``end_training``, on a failed composition, or at exit",
+)
+
+POINTS: dict[str, ExtensionPoint] = {
+    p.name: p
+    for p in (
+        FORWARD_CONTEXT,
+        FORWARD_OUTPUT,
+        MODEL_WRAPPER,
+        OPTIMIZER_WRAPPER,
+        DATA_LOADER_WRAPPER,
+        BACKWARD,
+        AROUND_STEP,
+        AFTER_STEP,
+        PROFILER,
+        CHECKPOINT,
+        ATTRIBUTE,
+        TEARDOWN,
+    )
+}

@@ -1,0 +1,295 @@
+"""``HandlerContract``: the checks every handler plugin passes, as one reusable pytest class.
+
+Subclass it in a plugin's tests, name the class ``Test...`` and set three attributes::
+
+    from accelkw_core.testing import HandlerContract
+    from accelkw_seed import SeedKwargs
+
+
+    class TestSeedContract(HandlerContract):
+        handler_class = SeedKwargs
+        plugin_module = "accelkw_seed.plugin"
+        examples = ({"seed": 7}, {"seed": 0, "deterministic": True})
+        pyproject = "examples/seed/pyproject.toml"  # only when the plugin is not installed
+
+pytest then runs every ``test_*`` method below against the plugin: registration, entry-point
+discovery, no torch at import, planning without side effects, documented fields, explicit
+fields that survive ``dataclasses.replace``/``copy``/``pickle``, teardowns that undo
+``apply``, and contributions made only through the public extension points.
+"""
+
+from __future__ import annotations
+
+import copy
+import dataclasses
+import importlib
+import os
+import pickle
+import sys
+import tomllib
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any, ClassVar, cast
+
+from accelkw_core.errors import AccelkwError
+from accelkw_core.handlers.base import KwargsHandler
+from accelkw_core.handlers.validation import field_specs
+from accelkw_core.runtime.points import POINTS
+from accelkw_core.runtime.state import AcceleratorState
+from accelkw_core.testing.helpers import (
+    free_port,
+    isolated_registry,
+    make_state,
+    modules_loaded_by,
+)
+
+__all__ = ["HandlerContract"]
+
+# The single-process states a handler is planned and applied on (no process group needed).
+_SINGLE: tuple[dict[str, Any], ...] = (
+    {"mixed_precision": "no"},
+    {"mixed_precision": "bf16"},
+    {"mixed_precision": "fp16"},
+)
+# Planned only: applying on two ranks would need a real process group. The master address
+# lets a handler that would create a group plan one (and the test checks it creates none).
+_MULTI: tuple[dict[str, Any], ...] = (
+    {"world_size": 2, "rank": 1, "mixed_precision": "fp16", "master_addr": "127.0.0.1"},
+)
+# Python 3.11's dataclasses.replace passes every field to the constructor, so a field passed
+# to replace with the very object the source holds cannot be told from one replace filled in;
+# 3.13 calls __replace__, which knows.
+_REPLACE_SEES_UNCHANGED = sys.version_info >= (3, 13)
+# Variables torch sets for itself the first time a feature is used (turning deterministic
+# algorithms on sets TORCHINDUCTOR_CACHE_DIR): not a handler's change to undo.
+_TORCH_SETS = ("TORCHINDUCTOR_",)
+
+
+def _state(facts: Mapping[str, Any]) -> AcceleratorState:
+    facts = dict(facts)
+    addr = facts.pop("master_addr", None)
+    if addr is None:
+        return make_state(**facts)
+    state = make_state(**facts)
+    state.master_addr, state.master_port = addr, free_port()
+    return state
+
+
+def _dist_initialized() -> bool:
+    import torch.distributed as dist
+
+    return bool(dist.is_available() and dist.is_initialized())
+
+
+def _facts(state: AcceleratorState) -> dict[str, Any]:
+    return {k: v for k, v in vars(state).items() if isinstance(v, str | int | bool | float | None)}
+
+
+def _snapshot(state: AcceleratorState) -> dict[str, Any]:
+    return {
+        "attributes": sorted(vars(state)),
+        "facts": _facts(state),
+        "handlers": dict(state.handlers),
+        "log": list(state.log),
+        "points": {p: len(state.contributions(p)) for p in POINTS},
+        "capabilities": dict(state.capabilities),
+        "extras": dict(state.extras),
+    }
+
+
+def _replace(handler: KwargsHandler, **changes: Any) -> KwargsHandler:
+    new: KwargsHandler = dataclasses.replace(cast(Any, handler), **changes)
+    return new
+
+
+def _entry_point_values(pyproject: Path) -> list[str]:
+    data = tomllib.loads(pyproject.read_text(encoding="utf-8"))
+    table = data.get("project", {}).get("entry-points", {}).get("accelkw", {})
+    return [str(v) for v in table.values()]
+
+
+class HandlerContract:
+    """Contract tests for one handler class; see the module docstring for how to use it."""
+
+    #: The handler class under test.
+    handler_class: ClassVar[type[KwargsHandler]]
+    #: The module the ``accelkw`` entry point names (it implements the hooks).
+    plugin_module: ClassVar[str]
+    #: Keyword arguments of valid instances, besides the default one.
+    examples: ClassVar[Sequence[Mapping[str, Any]]] = ()
+    #: Whether an installed distribution's entry point must name :attr:`plugin_module`
+    #: (``False`` for a handler registered only in code).
+    installed: ClassVar[bool] = True
+    #: For a distribution tested from its source tree without being installed: its
+    #: ``pyproject.toml`` (absolute, or relative to the current directory), whose
+    #: ``[project.entry-points.accelkw]`` table must name :attr:`plugin_module`.
+    pyproject: ClassVar[str | os.PathLike[str] | None] = None
+
+    def instances(self) -> list[KwargsHandler]:
+        """The default instance and one per example."""
+        return [self.handler_class(), *(self.handler_class(**kw) for kw in self.examples)]
+
+    def process_state(self) -> dict[str, Any]:
+        """Process-wide settings ``apply`` may change and its teardowns must put back.
+
+        Extend it (``{**super().process_state(), ...}``) when a handler changes other ones.
+        """
+        import torch
+
+        cudnn = torch.backends.cudnn
+        return {
+            "process_group": _dist_initialized(),
+            "deterministic": torch.are_deterministic_algorithms_enabled(),
+            "deterministic_warn_only": torch.is_deterministic_algorithms_warn_only_enabled(),
+            "cudnn": (cudnn.deterministic, cudnn.benchmark, cudnn.enabled),
+            "default_dtype": torch.get_default_dtype(),
+            "grad_enabled": torch.is_grad_enabled(),
+            "autocast_cpu": torch.is_autocast_enabled("cpu"),
+            "environ": {k: v for k, v in os.environ.items() if not k.startswith(_TORCH_SETS)},
+        }
+
+    # -- discovery -----------------------------------------------------------------------------
+
+    def test_registers_under_its_name(self) -> None:
+        module = importlib.import_module(self.plugin_module)
+        registry = isolated_registry([module])
+        (record,) = registry.plugins()
+        assert record.status == "loaded", record.error
+        assert self.handler_class in record.handlers
+        info = registry.get(self.handler_class.name)
+        assert info.cls is self.handler_class
+
+    def test_entry_point_names_the_plugin_module(self) -> None:
+        if self.pyproject is not None:
+            values = _entry_point_values(Path(self.pyproject))
+            assert self.plugin_module in values, (
+                f"{self.pyproject}: no [project.entry-points.accelkw] entry names "
+                f"{self.plugin_module!r}; found {values}"
+            )
+        if not self.installed:
+            return
+        import importlib_metadata
+
+        values = [ep.value for ep in importlib_metadata.entry_points(group="accelkw")]
+        assert self.plugin_module in values, (
+            f"no installed 'accelkw' entry point names {self.plugin_module!r}; found {values}"
+        )
+
+    def test_importing_the_plugin_runs_no_torch(self) -> None:
+        root = self.handler_class.__module__.split(".")[0]
+        # The child imports what this process imports (a source tree put on sys.path too).
+        env = {**os.environ, "PYTHONPATH": os.pathsep.join(p for p in sys.path if p)}
+        loaded = modules_loaded_by(f"import {root}, {self.plugin_module}", env=env)
+        assert loaded == [], f"importing the plugin imported {loaded}"
+
+    # -- fields --------------------------------------------------------------------------------
+
+    def test_every_field_is_documented(self) -> None:
+        missing = [n for n, spec in field_specs(self.handler_class).items() if not spec.doc]
+        assert missing == [], f"fields without doc=: {missing}"
+
+    def test_explicit_fields_survive_replace_copy_and_pickle(self) -> None:
+        for handler in self.instances():
+            explicit = handler.explicit_fields()
+            kwargs = handler.to_kwargs()
+            for other in (
+                copy.copy(handler),
+                copy.deepcopy(handler),
+                pickle.loads(pickle.dumps(handler)),
+                _replace(handler),
+            ):
+                assert other == handler, type(other)
+                assert other.explicit_fields() == explicit, type(other)
+                assert other.to_kwargs() == kwargs
+        # A field replace sets is explicit in the copy, and the source's explicit fields stay.
+        for example in self.examples:
+            self._check_replace(self.handler_class(), example)
+        for handler in self.instances():
+            for name in handler.field_values():
+                self._check_replace(handler, {name: getattr(handler, name)})
+
+    @staticmethod
+    def _check_replace(handler: KwargsHandler, changes: Mapping[str, Any]) -> None:
+        before = handler.explicit_fields()
+        changed = _replace(handler, **changes)
+        seen = {
+            name
+            for name, value in changes.items()
+            if _REPLACE_SEES_UNCHANGED or value is not getattr(handler, name)
+        }
+        got = changed.explicit_fields()
+        assert before | seen <= got <= before | set(changes), (
+            f"replace({changes}): explicit {sorted(got)}, from {sorted(before)}"
+        )
+
+    # -- planning and applying -----------------------------------------------------------------
+
+    def test_planning_has_no_side_effects(self) -> None:
+        group_before = _dist_initialized()
+        for handler in self.instances():
+            for facts in (*_SINGLE, *_MULTI):
+                state = _state(facts)
+                before = _snapshot(state)
+                try:
+                    plan = handler.plan(state)
+                except AccelkwError:
+                    assert _snapshot(state) == before, f"plan() changed the state on {facts}"
+                    continue  # refusing to plan is allowed; changing the state is not
+                assert _snapshot(state) == before, f"plan() changed the state on {facts}"
+                assert state.teardowns == []
+                assert plan.steps, "a plan says what it does, or why it does nothing"
+                for step in plan.steps:
+                    assert step.point is None or step.point in POINTS, step
+                # Planning again gives the same plan, and describe() is the plan's summary.
+                assert [s.message for s in handler.plan(state).steps] == [
+                    s.message for s in plan.steps
+                ]
+                assert handler.describe(state) == plan.summary()
+        assert _dist_initialized() == group_before, "plan() created or destroyed a process group"
+
+    def test_apply_carries_out_the_plan_through_public_points(self) -> None:
+        for handler in self.instances():
+            for facts in _SINGLE:
+                state = make_state(**facts)
+                attributes = sorted(vars(state))
+                known = _facts(state)
+                try:
+                    plan = handler.plan(make_state(**facts))
+                except AccelkwError:
+                    continue
+                before = self.process_state()
+                handler.apply(state)
+                try:
+                    assert sorted(vars(state)) == attributes, "apply() added state attributes"
+                    assert _facts(state) == known, "apply() changed the run's facts"
+                    assert [e.message for e in state.log if e.handler == handler.name] == [
+                        s.message for s in plan.steps
+                    ]
+                    for point in POINTS:
+                        assert {c.handler for c in state.contributions(point)} <= {handler.name}
+                    assert set(state.extras) <= {handler.name}
+                finally:
+                    failures = state.run_teardowns()
+                assert failures == []
+                # Checked here too: a setting left changed would hide from the next test.
+                self._assert_restored(before, handler, facts)
+
+    def test_teardown_undoes_apply(self) -> None:
+        for handler in self.instances():
+            for facts in _SINGLE:
+                before = self.process_state()
+                state = make_state(**facts)
+                try:
+                    handler.apply(state)
+                except AccelkwError:
+                    continue
+                assert state.run_teardowns() == []
+                assert state.teardowns == []
+                self._assert_restored(before, handler, facts)
+
+    def _assert_restored(
+        self, before: Mapping[str, Any], handler: KwargsHandler, facts: Mapping[str, Any]
+    ) -> None:
+        after = self.process_state()
+        changed = sorted(k for k in before if after.get(k) != before[k])
+        assert changed == [], f"{handler!r} on {dict(facts)}: teardown left {changed} changed"

@@ -1,0 +1,478 @@
+"""The open runtime: extension points, plan-then-apply, ordering, hooks through pluggy, and a core
+that names no built-in. Every handler here is written against ``accelkw_core.plugin`` only."""
+
+from __future__ import annotations
+
+import ast
+import copy
+import dataclasses
+import pickle
+import subprocess
+import sys
+import textwrap
+from collections.abc import Callable
+from dataclasses import dataclass
+from datetime import timedelta
+from pathlib import Path
+from typing import Any, ClassVar
+
+import pytest
+import torch
+
+from accelkw_core import Accelerator, ComposeError
+from accelkw_core.discovery.catalog import BUILTINS
+from accelkw_core.plugin import (
+    POINTS,
+    KwargsHandler,
+    Plan,
+    PointConflictError,
+    StepContext,
+    handler_field,
+    hookimpl,
+)
+from accelkw_core.runtime.composition import compose, order_handlers
+from accelkw_core.testing import isolated_registry, make_state
+
+REPO = Path(__file__).resolve().parent.parent
+
+
+def plugin_of(*classes: type[KwargsHandler]) -> object:
+    class Plugin:
+        @hookimpl
+        def accelkw_register_handlers(self, register: Callable[[type], None]) -> None:
+            for c in classes:
+                register(c)
+
+    return Plugin()
+
+
+def contributing(name: str, point: str, value: Any = None, **attrs: Any) -> type[KwargsHandler]:
+    """A handler class named ``name`` that contributes ``value`` to ``point``."""
+
+    def plan(self: Any, state: Any) -> Plan:
+        return Plan(self.name).contribute(point, value, f"{name} contributes to {point}")
+
+    return dataclass(
+        type(f"{name.title()}Kwargs", (KwargsHandler,), {"name": name, "plan": plan, **attrs})
+    )
+
+
+# -- cardinality -------------------------------------------------------------------------------
+
+
+def test_two_contributions_to_a_point_of_cardinality_one_fail_naming_both() -> None:
+    first = contributing("first_scaler", "backward", lambda loss, **kw: None)
+    second = contributing("second_scaler", "backward", lambda loss, **kw: None)
+    registry = isolated_registry([plugin_of(first, second)])
+    state = make_state()
+    with pytest.raises(PointConflictError) as info:
+        compose(state, [], registry=registry)
+    message = str(info.value)
+    assert "extension point 'backward' takes one contribution" in message
+    assert "'first_scaler'" in message and "'second_scaler'" in message
+    assert "code passed directly, no distribution" in message  # both registered in code
+    assert info.value.first[0] == "first_scaler" and info.value.second[0] == "second_scaler"
+    assert state.contributions("backward") == [] and state.handlers == {}  # rolled back
+
+
+def test_a_conflict_names_the_distributions_of_installed_handlers() -> None:
+    state = make_state()
+    state.distributions.update({"a": "dist-a", "b": "dist-b"})
+    state.contribute("profiler", "a", object())
+    with pytest.raises(PointConflictError, match=r"'a' \(dist-a\) and 'b' \(dist-b\)"):
+        state.contribute("profiler", "b", object())
+
+
+def test_keyed_points_take_one_contribution_per_key() -> None:
+    state = make_state()
+    state.contribute("attribute", "one", 1, key="scaler")
+    state.contribute("attribute", "two", 2, key="other")
+    state.contribute("checkpoint", "one", {"a": 1})
+    state.contribute("checkpoint", "two", {"b": 2})
+    assert state.keyed("attribute") == {"scaler": 1, "other": 2}
+    assert set(state.keyed("checkpoint")) == {"one", "two"}
+    with pytest.raises(PointConflictError, match="key 'scaler'"):
+        state.contribute("attribute", "three", 3, key="scaler")
+
+
+def test_an_unknown_point_lists_the_points() -> None:
+    with pytest.raises(ValueError, match=r"unknown extension point 'forward'.*forward_context"):
+        make_state().contribute("forward", "x", None)
+
+
+def test_every_point_is_documented_with_a_cardinality() -> None:
+    for point in POINTS.values():
+        assert point.cardinality in ("one", "many", "keyed", "stack")
+        assert point.contribution and point.used
+
+
+# -- the runtime reads the points --------------------------------------------------------------
+
+
+@dataclass
+class Tracer(KwargsHandler):
+    """Contributes to every point a training loop touches, recording the calls."""
+
+    name: ClassVar[str] = "tracer"
+    tag: str = handler_field("t", doc="a label for the calls")
+
+    def plan(self, state: Any) -> Plan:
+        calls: list[str] = state.extras.setdefault("calls", [])
+        tag = self.tag
+
+        class Context:
+            def __enter__(self) -> None:
+                calls.append(f"{tag}:enter")
+
+            def __exit__(self, *exc: object) -> None:
+                calls.append(f"{tag}:exit")
+
+        def around(step: StepContext, proceed: Callable[[], Any]) -> Any:
+            calls.append(f"{tag}:before-step")
+            result = proceed()
+            calls.append(f"{tag}:after-proceed")
+            return result
+
+        plan = Plan(self.name)
+        plan.contribute("forward_context", Context, "a context around forwards")
+        plan.contribute("forward_output", lambda out: out * 2, "outputs doubled")
+        plan.contribute("optimizer_wrapper", lambda o: calls.append("wrap-opt") or o, "opt")
+        plan.contribute("data_loader_wrapper", lambda d: calls.append("wrap-loader") or d, "dl")
+        plan.contribute("around_step", around, "around the step")
+        plan.contribute("after_step", lambda s: calls.append(f"after:{s.index}"), "after")
+        return plan
+
+
+def test_the_runtime_reads_every_point_generically() -> None:
+    registry = isolated_registry([plugin_of(Tracer)])
+    acc = Accelerator(cpu=True, registry=registry)
+    calls = acc.state.extras["calls"]
+    model = torch.nn.Linear(2, 1, bias=False)
+    torch.nn.init.ones_(model.weight)
+    loader = torch.utils.data.DataLoader(torch.utils.data.TensorDataset(torch.ones(4, 2)))
+    model, opt, loader = acc.prepare(model, torch.optim.SGD(model.parameters(), lr=0.1), loader)
+    assert calls == ["wrap-opt", "wrap-loader"]
+    out = model(torch.ones(1, 2))
+    assert out.item() == 4.0  # 2, doubled by the forward_output contribution
+    assert calls[-2:] == ["t:enter", "t:exit"]
+    acc.backward(out.sum())
+    opt.step()
+    opt.step()
+    assert calls[-6:] == [
+        "t:before-step",
+        "t:after-proceed",
+        "after:0",
+        "t:before-step",
+        "t:after-proceed",
+        "after:1",
+    ]
+    with acc.autocast():
+        assert calls[-1] == "t:enter"
+    acc.unwrap_model(model, keep_fp32_wrapper=False)
+    assert model(torch.ones(1, 2)).item() != out.item()  # original forward back
+    acc.end_training()
+
+
+def test_an_around_step_that_does_not_proceed_skips_the_step() -> None:
+    def skip(step: StepContext, proceed: Callable[[], Any]) -> None:
+        return None
+
+    registry = isolated_registry([plugin_of(contributing("skipper", "around_step", skip))])
+    acc = Accelerator(cpu=True, registry=registry)
+    model = torch.nn.Linear(2, 1)
+    model, opt = acc.prepare(model, torch.optim.SGD(model.parameters(), lr=1.0))
+    before = [p.clone() for p in model.parameters()]
+    acc.backward(model(torch.ones(1, 2)).sum())
+    opt.step()
+    assert opt.step_was_skipped
+    assert all(torch.equal(a, b) for a, b in zip(before, model.parameters(), strict=True))
+
+
+def test_several_around_steps_nest_in_composition_order() -> None:
+    calls: list[str] = []
+
+    def tracer(tag: str) -> Callable[[StepContext, Callable[[], Any]], Any]:
+        def around(step: StepContext, proceed: Callable[[], Any]) -> Any:
+            calls.append(f"{tag}>")
+            result = proceed()
+            calls.append(f"<{tag}")
+            return result
+
+        return around
+
+    outer = contributing("aa_outer", "around_step", tracer("outer"))
+    inner = contributing("zz_inner", "around_step", tracer("inner"))
+    acc = Accelerator(cpu=True, registry=isolated_registry([plugin_of(inner, outer)]))
+    model = torch.nn.Linear(1, 1)
+    _, opt = acc.prepare(model, torch.optim.SGD(model.parameters(), lr=0.1))
+    opt.step()
+    assert calls == ["outer>", "inner>", "<inner", "<outer"]
+
+
+def test_model_wrappers_nest_so_the_last_composed_is_outermost() -> None:
+    class Box(torch.nn.Module):
+        def __init__(self, inner: torch.nn.Module, tag: str) -> None:
+            super().__init__()
+            self.module, self.tag = inner, tag
+
+        def forward(self, x: Any) -> Any:
+            return self.module(x)
+
+    first = contributing("first", "model_wrapper", lambda m: Box(m, "first"))
+    second = contributing("second", "model_wrapper", lambda m: Box(m, "second"), after=("first",))
+    acc = Accelerator(cpu=True, registry=isolated_registry([plugin_of(second, first)]))
+    model = torch.nn.Linear(1, 1)
+    wrapped = acc.prepare(model)
+    assert wrapped.tag == "second" and wrapped.module.tag == "first"
+    assert acc.unwrap_model(wrapped) is model
+
+
+def test_empty_points_leave_the_optimizer_step_direct() -> None:
+    acc = Accelerator(cpu=True, registry=isolated_registry())
+    model = torch.nn.Linear(1, 1)
+    _, opt = acc.prepare(model, torch.optim.SGD(model.parameters(), lr=0.1))
+    assert opt._chain is None  # no contribution: step() calls the optimizer directly
+
+
+def test_contributed_attributes_are_accelerator_attributes() -> None:
+    marker = object()
+    registry = isolated_registry([plugin_of(contributing("exposer", "attribute", marker))])
+    acc = Accelerator(cpu=True, registry=registry)
+    assert acc.exposer is marker  # keyed by handler name when no key is given
+    assert acc.scaler is None  # Accelerate's attribute, None when nothing exposes a scaler
+    with pytest.raises(AttributeError, match="no attribute 'missing'"):
+        _ = acc.missing
+
+
+# -- plan, then apply --------------------------------------------------------------------------
+
+
+def test_plan_is_what_apply_carries_out_and_has_no_side_effects() -> None:
+    state = make_state()
+    plan = Tracer().plan(make_state())
+    Tracer().apply(state)
+    assert [e.message for e in state.log] == [s.message for s in plan.steps]
+    assert [p for p in POINTS if state.contributions(p)] == [s.point for s in plan.steps if s.point]
+    planned_only = make_state()
+    before = {p: planned_only.contributions(p) for p in POINTS}
+    Tracer().plan(planned_only)
+    assert {p: planned_only.contributions(p) for p in POINTS} == before
+    assert planned_only.log == []
+
+
+def test_a_handler_written_before_plans_still_applies_and_plans_show_its_describe() -> None:
+    from accelkw_core.runtime.planning import plan_handler
+
+    @dataclass
+    class Legacy(KwargsHandler):
+        name: ClassVar[str] = "legacy"
+
+        def apply(self, state: Any) -> None:
+            state.extras["legacy"] = True
+            state.record(self.name, "did it")
+
+        def describe(self, state: Any) -> str:
+            return "would do it"
+
+    state = make_state()
+    compose(state, [Legacy()], registry=isolated_registry(), include_defaults=False)
+    assert state.extras["legacy"] and state.messages("legacy") == ["did it"]
+    assert plan_handler("legacy", Legacy(), make_state()).summary == "would do it"
+
+
+# -- ordering ----------------------------------------------------------------------------------
+
+
+def _named(name: str, **attrs: Any) -> KwargsHandler:
+    return dataclass(type(name.title(), (KwargsHandler,), {"name": name, **attrs}))()
+
+
+def test_before_after_order_and_ties_by_name() -> None:
+    handlers = [
+        _named("c"),
+        _named("b", before=("a",)),
+        _named("a", after=("d",)),
+        _named("d"),
+    ]
+    assert [h.name for h in order_handlers(handlers)] == ["b", "c", "d", "a"]
+
+
+def test_a_missing_requirement_names_it_and_the_pip_line() -> None:
+    with pytest.raises(
+        ComposeError,
+        match=r"'clip' requires handler 'grad_scaler'.*pip install accelkw-grad-scaler",
+    ):
+        order_handlers([_named("clip", requires=("grad_scaler",))])
+    with pytest.raises(
+        ComposeError, match=r"requires handler 'thing'.*provides the 'thing' handler"
+    ):
+        order_handlers([_named("clip", requires=("thing",))])
+    assert [h.name for h in order_handlers([_named("x", requires=("y",)), _named("y")])] == [
+        "x",
+        "y",
+    ]
+
+
+def test_conflicting_handlers_name_both() -> None:
+    with pytest.raises(
+        ComposeError, match=r"handlers 'fsdp' and 'ddp' cannot be composed together"
+    ):
+        order_handlers([_named("ddp"), _named("fsdp", conflicts=("ddp",))])
+
+
+def test_a_cycle_through_before_and_after_is_reported() -> None:
+    with pytest.raises(
+        ComposeError, match=r"cycle among: a \(before \['b'\]\), b \(before \['a'\]\)"
+    ):
+        order_handlers([_named("a", before=("b",)), _named("b", before=("a",))])
+
+
+# -- hooks through pluggy ----------------------------------------------------------------------
+
+
+@dataclass
+class Quiet(KwargsHandler):
+    name: ClassVar[str] = "quiet"
+
+
+def test_a_hook_implementation_may_take_no_arguments() -> None:
+    class NoArgs:
+        @hookimpl
+        def accelkw_register_handlers(self) -> None:
+            pass
+
+        @hookimpl
+        def accelkw_env_info(self) -> None:
+            pass
+
+    registry = isolated_registry([NoArgs()])
+    (record,) = registry.plugins()
+    assert record.status == "loaded", record.reason
+
+
+def test_state_ready_fires_only_for_plugins_whose_handlers_were_composed(tmp_path: Path) -> None:
+    heard: list[str] = []
+
+    def listening(tag: str, cls: type[KwargsHandler] | None) -> object:
+        class Plugin:
+            @hookimpl
+            def accelkw_register_handlers(self, register: Callable[[type], None]) -> None:
+                if cls is not None:
+                    register(cls)
+
+            @hookimpl
+            def accelkw_state_ready(self) -> None:
+                heard.append(tag)
+
+        return Plugin()
+
+    Loud = contributing("loud", "after_step", lambda s: None)
+    registry = isolated_registry(
+        [listening("quiet", Quiet), listening("loud", Loud), listening("logger", None)]
+    )
+    (tmp_path / "accelkw.toml").write_text('[plugins]\ndisable = ["quiet"]\n')
+    acc = Accelerator(cpu=True, registry=registry, config=tmp_path / "accelkw.toml")
+    assert sorted(heard) == ["logger", "loud"]
+    acc.end_training()
+
+
+def test_an_accelerator_never_ended_runs_its_teardowns_at_exit(tmp_path: Path) -> None:
+    script = textwrap.dedent(
+        """
+        from dataclasses import dataclass
+        from typing import ClassVar
+        from accelkw_core import Accelerator
+        from accelkw_core.plugin import KwargsHandler, Plan, hookimpl
+        from accelkw_core.testing import isolated_registry
+
+        @dataclass
+        class Noisy(KwargsHandler):
+            name: ClassVar[str] = "noisy"
+
+            def plan(self, state):
+                return Plan(self.name).contribute(
+                    "teardown", lambda: print("teardown ran", flush=True), "says goodbye"
+                )
+
+        class P:
+            @hookimpl
+            def accelkw_register_handlers(self, register):
+                register(Noisy)
+
+        acc = Accelerator(cpu=True, registry=isolated_registry([P()]))
+        print("end of script", flush=True)
+        """
+    )
+    out = subprocess.run(
+        [sys.executable, "-c", script], cwd=tmp_path, capture_output=True, text=True, timeout=120
+    )
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.splitlines() == ["end of script", "teardown ran"]
+
+
+# -- the handler contract ----------------------------------------------------------------------
+
+
+def test_explicit_fields_survive_replace_copy_and_pickle() -> None:
+    from accelkw_process_group import InitProcessGroupKwargs
+
+    handler = InitProcessGroupKwargs(timeout=timedelta(seconds=5))
+    replaced = dataclasses.replace(handler, timeout=timedelta(seconds=9))
+    assert replaced.explicit_fields() == {"timeout"} and replaced.timeout.total_seconds() == 9
+    assert dataclasses.replace(handler, backend="gloo").explicit_fields() == {"timeout", "backend"}
+    for other in (copy.copy(handler), copy.deepcopy(handler), pickle.loads(pickle.dumps(handler))):
+        assert other.explicit_fields() == {"timeout"}
+    # The review's case: a 2-rank CPU plan keeps "gloo in place of the default nccl".
+    state = make_state(world_size=2)
+    state.master_addr, state.master_port = "127.0.0.1", 29500
+    assert "in place of the default 'nccl'" in replaced.describe(state)
+
+
+# -- the core names no built-in ----------------------------------------------------------------
+
+# Reviewed literals equal to a built-in's name: Accelerate's method names in messages.
+ALLOWED = {("runtime/accelerator.py", "autocast"), ("runtime/accelerator.py", "profile")}
+SLOT_NAMES = {
+    "grad_scaler",
+    "autocast_factory",
+    "profiler_factory",
+    "model_wrappers",
+    "scaler_kwargs",
+}
+
+
+def _docstrings(tree: ast.AST) -> set[int]:
+    ids = set()
+    for node in ast.walk(tree):
+        body = getattr(node, "body", None)
+        first = body[0] if isinstance(body, list) and body else None
+        if isinstance(first, ast.Expr) and isinstance(first.value, ast.Constant):
+            ids.add(id(first.value))
+    return ids
+
+
+def test_the_core_names_no_built_in_outside_the_catalog_and_utils() -> None:
+    names = {b.name for b in BUILTINS if b.name != "process_group"}  # also torch's own term
+    names |= {b.cls for b in BUILTINS} | {b.module for b in BUILTINS}
+    names |= {b.distribution for b in BUILTINS} | {n for b in BUILTINS for n in b.extra_names}
+    core = REPO / "accelkw_core"
+    found = []
+    for path in sorted(core.rglob("*.py")):
+        rel = path.relative_to(core).as_posix()
+        if rel in ("discovery/catalog.py", "utils.py", "tools/scaffold_templates.py"):
+            continue  # the catalog, the reference names, and the scaffold's template text
+        tree = ast.parse(path.read_text())
+        docs = _docstrings(tree)
+        for node in ast.walk(tree):
+            if isinstance(node, ast.Constant) and isinstance(node.value, str):
+                if (
+                    node.value in names
+                    and id(node) not in docs
+                    and (rel, node.value) not in ALLOWED
+                ):
+                    found.append(f"{rel}:{node.lineno}: literal {node.value!r}")
+            elif isinstance(node, ast.Attribute) and node.attr in SLOT_NAMES:
+                found.append(f"{rel}:{node.lineno}: attribute .{node.attr}")
+            elif isinstance(node, ast.Name) and node.id in SLOT_NAMES:
+                found.append(f"{rel}:{node.lineno}: name {node.id}")
+    assert found == []
