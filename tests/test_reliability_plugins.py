@@ -402,7 +402,7 @@ def group_then_explode(rank: int, site: str, second_port: int) -> dict[str, Any]
         "error": error,
         "compose_error": compose_error,
         "initialized": dist.is_initialized(),
-        "model_wrappers": len(state.model_wrappers),
+        "model_wrappers": len(state.contributions("model_wrapper")),
         "teardowns": len(state.teardowns),
         "handlers": list(state.handlers),
         "log": state.summary(),
