@@ -476,3 +476,54 @@ def test_the_core_names_no_built_in_outside_the_catalog_and_utils() -> None:
             elif isinstance(node, ast.Name) and node.id in SLOT_NAMES:
                 found.append(f"{rel}:{node.lineno}: name {node.id}")
     assert found == []
+
+
+# -- Accelerator keywords that handlers claim ----------------------------------------------------
+
+
+@dataclass
+class Accumulate(KwargsHandler):
+    name: ClassVar[str] = "accumulate"
+    accelerator_keywords: ClassVar[dict[str, str]] = {
+        "gradient_accumulation_steps": "num_steps",
+        "gradient_accumulation_plugin": "*",
+    }
+    num_steps: int = handler_field(1, doc="micro-steps per optimizer step", ge=1)
+
+
+def test_accelerator_keywords_become_the_claiming_handler() -> None:
+    registry = isolated_registry([plugin_of(Accumulate)])
+    acc = Accelerator(cpu=True, registry=registry, gradient_accumulation_steps=4)
+    assert acc.state.handlers["accumulate"].num_steps == 4
+    acc = Accelerator(cpu=True, registry=registry, gradient_accumulation_plugin=Accumulate(3))
+    assert acc.state.handlers["accumulate"].num_steps == 3
+    with pytest.raises(ComposeError, match="got both gradient_accumulation_plugin= and"):
+        Accelerator(
+            cpu=True,
+            registry=registry,
+            gradient_accumulation_plugin=Accumulate(3),
+            gradient_accumulation_steps=2,
+        )
+    with pytest.raises(ComposeError, match="passed in kwargs_handlers and set through"):
+        Accelerator(
+            cpu=True,
+            registry=registry,
+            kwargs_handlers=[Accumulate()],
+            gradient_accumulation_steps=2,
+        )
+
+
+def test_an_unclaimed_keyword_names_the_plugin_and_a_default_asks_for_nothing() -> None:
+    from accelkw_core import ConfigError
+
+    registry = isolated_registry()
+    Accelerator(cpu=True, registry=registry, gradient_accumulation_steps=1, fsdp_plugin=None)
+    with pytest.raises(
+        ConfigError,
+        match=r"gradient_accumulation_steps: got 4.*(accelkw-grad-accum|'grad_accum' handler)",
+    ):
+        Accelerator(cpu=True, registry=registry, gradient_accumulation_steps=4)
+    with pytest.raises(ConfigError, match="accelkw has no handler for it"):
+        Accelerator(cpu=True, registry=registry, deepspeed_plugin=object())
+    with pytest.raises(TypeError, match="unexpected keyword argument 'gradient_accumulation'"):
+        Accelerator(cpu=True, registry=registry, gradient_accumulation=4)

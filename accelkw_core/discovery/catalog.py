@@ -11,6 +11,7 @@ from __future__ import annotations
 from typing import NamedTuple
 
 __all__ = [
+    "ACCELERATE_KEYWORDS",
     "BUILTINS",
     "HANDLER_DISTRIBUTIONS",
     "PROVIDERS",
@@ -80,8 +81,27 @@ PROVIDERS: dict[str, str] = {
 }
 
 
-def install_hint(handler_name: str) -> str:
+# Accelerate's Accelerator keywords that a handler may claim -> (the built-in handler that claims
+# it, or None when accelkw has none; Accelerate's default, which asks for nothing).
+ACCELERATE_KEYWORDS: dict[str, tuple[str | None, object]] = {
+    "gradient_accumulation_steps": ("grad_accum", 1),
+    "gradient_accumulation_plugin": ("grad_accum", None),
+    "fsdp_plugin": ("fsdp", None),
+    "dynamo_backend": ("compile", None),
+    "dynamo_plugin": ("compile", None),
+    "deepspeed_plugin": (None, None),
+    "deepspeed_plugins": (None, None),
+    "megatron_lm_plugin": (None, None),
+    "torch_tp_plugin": (None, None),
+    "parallelism_config": (None, None),
+    "log_with": (None, None),
+}
+
+
+def install_hint(handler_name: str | None) -> str:
     """``"pip install accelkw-ddp"`` for a built-in handler name, else a generic hint."""
+    if handler_name is None:
+        return "accelkw has no handler for it (docs/migrating.md lists what is out of scope)"
     dist = HANDLER_DISTRIBUTIONS.get(handler_name)
     if dist is None:
         return f"install the plugin that provides the {handler_name!r} handler"

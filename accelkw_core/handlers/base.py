@@ -58,6 +58,9 @@ class KwargsHandler:
     before: ClassVar[tuple[str, ...]] = ()
     requires: ClassVar[tuple[str, ...]] = ()
     conflicts: ClassVar[tuple[str, ...]] = ()
+    #: ``Accelerator`` keywords this handler takes (Accelerate's ``gradient_accumulation_steps``,
+    #: ``fsdp_plugin``, ...): keyword -> the field it sets, or ``"*"`` for an instance.
+    accelerator_keywords: ClassVar[Mapping[str, str]] = {}
     _accelkw_explicit: frozenset[str]
 
     def __new__(cls, *args: Any, **kwargs: Any) -> Self:

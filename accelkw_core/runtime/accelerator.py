@@ -23,6 +23,7 @@ from accelkw_core.runtime import collectives as ops
 from accelkw_core.runtime.composition import compose
 from accelkw_core.runtime.forward import forward_contexts, patch_forward, unpatch_forward
 from accelkw_core.runtime.gaps import find_gaps, live_capabilities, warn_gaps
+from accelkw_core.runtime.keywords import handlers_from_keywords
 from accelkw_core.runtime.state import AcceleratorState
 
 if TYPE_CHECKING:
@@ -50,6 +51,10 @@ class Accelerator:
     ``./pyproject.toml [tool.accelkw]``). Every other enabled installed handler is applied with
     its configured or default values. ``registry`` replaces the process-wide plugin registry.
 
+    Other keywords are Accelerate's (``gradient_accumulation_steps=4``, ``fsdp_plugin=...``,
+    ``dynamo_backend="inductor"``): each is taken by the installed handler that claims it
+    (``accelerator_keywords``), and one no handler claims names the distribution to install.
+
     Use it as a context manager, or call :meth:`end_training`, to run every teardown once
     (a process group a handler created is destroyed).
     """
@@ -62,10 +67,14 @@ class Accelerator:
         config: str | os.PathLike[str] | None = None,
         *,
         registry: Registry | None = None,
+        **keywords: Any,
     ) -> None:
         registry = registry if registry is not None else get_registry()
+        handlers = list(kwargs_handlers or ())
+        if keywords:
+            handlers += handlers_from_keywords(keywords, handlers, registry.handlers())
         self.settings: Settings = resolve_settings(
-            kwargs_handlers or (),
+            handlers,
             mixed_precision=mixed_precision,
             cpu=cpu,
             config=config,
