@@ -29,7 +29,9 @@ __all__ = [
     "FORWARD_OUTPUT",
     "KEYED",
     "MANY",
+    "MODEL_STATE",
     "MODEL_WRAPPER",
+    "NO_SYNC",
     "ONE",
     "OPTIMIZER_WRAPPER",
     "POINTS",
@@ -105,6 +107,22 @@ AFTER_STEP = ExtensionPoint(
     "called after every optimizer step, in composition order (``step.skipped`` says whether "
     "the parameters changed)",
 )
+NO_SYNC = ExtensionPoint(
+    "no_sync",
+    ONE,
+    "a callable ``suspend(model) -> context manager``",
+    "entered by ``accelerator.no_sync(model)`` (and on the micro-steps of gradient "
+    "accumulation) to hold back gradient synchronisation; without a contribution the model's "
+    "own ``no_sync()`` is used when it has one, as in Accelerate",
+)
+MODEL_STATE = ExtensionPoint(
+    "model_state",
+    ONE,
+    "an object with ``state_dict(model) -> dict`` and ``load_state_dict(model, state)``",
+    "how ``get_state_dict``, ``save_state``/``load_state`` and ``save_model`` read and write a "
+    "prepared model's weights (a sharded model gathers them); without one, the unwrapped "
+    "model's own ``state_dict()``",
+)
 PROFILER = ExtensionPoint(
     "profiler",
     ONE,
@@ -141,6 +159,8 @@ POINTS: dict[str, ExtensionPoint] = {
         BACKWARD,
         AROUND_STEP,
         AFTER_STEP,
+        NO_SYNC,
+        MODEL_STATE,
         PROFILER,
         CHECKPOINT,
         ATTRIBUTE,
