@@ -28,7 +28,12 @@ from accelkw_core.discovery.required_plugins import check_requirements
 from accelkw_core.errors import AccelkwError, ConfigError, ConfigWarning, suggest
 from accelkw_core.handlers.base import KwargsHandler
 from accelkw_core.handlers.validation import build_handler
-from accelkw_core.runtime.composition import handler_key, order_handlers, resolve_handlers
+from accelkw_core.runtime.composition import (
+    conflicting_defaults,
+    handler_key,
+    order_handlers,
+    resolve_handlers,
+)
 
 __all__ = [
     "ENV_ALLOW_IMPORTS",
@@ -142,8 +147,20 @@ def resolve_settings(
     # A plugin built for another core was never imported: say so once, naming it, not mid-run.
     registry.warn_incompatible(skip=out.disabled, stacklevel=3)
 
-    for name in sorted(known):
-        cls = type(code[name]) if name in code else installed[name].cls
+    classes = {n: type(code[n]) if n in code else installed[n].cls for n in sorted(known)}
+    requested = {n for n in known if n in code or n in cfg.handlers or n in env_values}
+    requested |= {n for n in known if cfg.enable is not None and n in cfg.enable}
+    for name, cls in classes.items():
+        if cls.opt_in and name not in requested and name not in out.disabled:
+            out.disabled[name] = (
+                f"opt-in: applied only when requested ({cls.__name__} in code, "
+                f"[handlers.{name}] or ACCELKW_{name.upper()}__<FIELD>)"
+            )
+    defaults = {n: c for n, c in classes.items() if n not in requested and n not in out.disabled}
+    wanted = {n: c for n, c in classes.items() if n in requested and n not in out.disabled}
+    out.disabled.update(conflicting_defaults(wanted, defaults))
+
+    for name, cls in classes.items():
         built = attempt(_build, name, cls, code.get(name), cfg, env_values.get(name, {}), imports)
         if name in out.disabled:
             continue

@@ -61,6 +61,11 @@ class KwargsHandler:
     #: ``Accelerator`` keywords this handler takes (Accelerate's ``gradient_accumulation_steps``,
     #: ``fsdp_plugin``, ...): keyword -> the field it sets, or ``"*"`` for an instance.
     accelerator_keywords: ClassVar[Mapping[str, str]] = {}
+    #: Composed only when requested (passed in code or through an ``Accelerator`` keyword, a
+    #: ``[handlers.NAME]`` table, ``ACCELKW_NAME__FIELD`` variables, ``[plugins] enable``),
+    #: never as a default instance of an installed handler: for handlers that change how a run
+    #: trains (sharding, compilation), which Accelerate also applies only on request.
+    opt_in: ClassVar[bool] = False
     _accelkw_explicit: frozenset[str]
 
     def __new__(cls, *args: Any, **kwargs: Any) -> Self:

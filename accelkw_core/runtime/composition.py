@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import heapq
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from typing import TYPE_CHECKING
 
 from accelkw_core.discovery.catalog import install_hint
@@ -15,7 +15,13 @@ from accelkw_core.runtime.state import AcceleratorState
 if TYPE_CHECKING:
     from accelkw_core.config.settings import Settings
 
-__all__ = ["compose", "handler_key", "order_handlers", "resolve_handlers"]
+__all__ = [
+    "compose",
+    "conflicting_defaults",
+    "handler_key",
+    "order_handlers",
+    "resolve_handlers",
+]
 
 
 def handler_key(handler: KwargsHandler) -> str:
@@ -62,10 +68,32 @@ def resolve_handlers(
         chosen[key] = handler
     off = set(disabled)
     if include_defaults:
-        for name, info in registry.handlers().items():
-            if name not in chosen and name not in off:
-                chosen[name] = info.cls()
+        defaults = {
+            name: info.cls
+            for name, info in registry.handlers().items()
+            if name not in chosen and name not in off and not info.cls.opt_in
+        }
+        left_out = conflicting_defaults({n: type(h) for n, h in chosen.items()}, defaults)
+        chosen.update((n, cls()) for n, cls in defaults.items() if n not in left_out)
     return order_handlers(chosen.values()) if order else list(chosen.values())
+
+
+def conflicting_defaults(
+    requested: Mapping[str, type[KwargsHandler]], defaults: Mapping[str, type[KwargsHandler]]
+) -> dict[str, str]:
+    """Default handlers left out because a requested one conflicts with them: name -> why.
+
+    Two requested handlers that conflict stay an error (:func:`order_handlers`); a default
+    instance (an installed handler nobody asked for) gives way, so requesting ``fsdp`` with
+    accelkw-ddp installed drops the default ``ddp`` instead of failing every run.
+    """
+    out: dict[str, str] = {}
+    for name, cls in sorted(defaults.items()):
+        for other, other_cls in sorted(requested.items()):
+            if other in cls.conflicts or name in other_cls.conflicts:
+                out[name] = f"left out: the requested handler {other!r} conflicts with it"
+                break
+    return out
 
 
 def order_handlers(handlers: Iterable[KwargsHandler]) -> list[KwargsHandler]:
