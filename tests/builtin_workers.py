@@ -36,15 +36,16 @@ def five_builtins_worker(rank: int, trace_dir: str, steps: int) -> dict[str, Any
         x = torch.randn(64, 8, generator=gen)
         y = x.sum(dim=1, keepdim=True)
         loader = torch.utils.data.DataLoader(torch.utils.data.TensorDataset(x, y), batch_size=16)
+        inner = model[0]
+        inner.register_forward_hook(lambda m, i, o: out.update(forward_dtype=str(o.dtype)))
         model, opt, loader = acc.prepare(model, opt, loader)
         losses = []
         with acc.profile() as prof:
             for _ in range(steps):
                 for xb, yb in loader:
-                    with acc.autocast():
-                        pred = model(xb)
-                    out["forward_dtype"] = str(pred.dtype)
-                    loss = torch.nn.functional.mse_loss(pred.float(), yb)
+                    pred = model(xb)  # a prepared model autocasts its forward by itself
+                    out["output_dtype"] = str(pred.dtype)
+                    loss = torch.nn.functional.mse_loss(pred, yb)
                     acc.backward(loss)
                     opt.step()
                     opt.zero_grad()
@@ -57,7 +58,7 @@ def five_builtins_worker(rank: int, trace_dir: str, steps: int) -> dict[str, Any
             order=[type(h).name for h in acc.handlers],
             wrapped=type(model).__name__,
             bucket_bytes_cap=getattr(model, "bucket_bytes_cap", None),
-            scaler=acc.state.grad_scaler is not None,
+            scaler=acc.scaler is not None,
             ranks_equal=bool(torch.equal(gathered[0], gathered[1])),
             first_loss=losses[0],
             last_loss=losses[-1],

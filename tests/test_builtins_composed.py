@@ -60,7 +60,8 @@ def test_all_five_compose_in_one_two_process_bf16_run(tmp_path: Path) -> None:
         order = r["order"]
         assert order.index("process_group") < order.index("ddp")
         assert order.index("autocast") < order.index("grad_scaler")
-        assert r["forward_dtype"] == "torch.bfloat16"
+        assert r["forward_dtype"] == "torch.bfloat16"  # inside the forward, under autocast
+        assert r["output_dtype"] == "torch.float32"  # outputs converted back, as Accelerate
         assert r["wrapped"] == "DistributedDataParallel"
         assert r["bucket_bytes_cap"] == 1024 * 1024
         # bf16 needs no loss scaling: the handler says so instead of silently doing nothing.

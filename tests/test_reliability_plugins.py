@@ -245,11 +245,11 @@ ACCELERATOR_CHECK = """
         compose(state, [])
     except Exception as exc:
         out["compose_error"] = type(exc).__name__
+        from accelkw_core.runtime.points import POINTS
+
         out["slots"] = {
-            "autocast_factory": state.autocast_factory is not None,
-            "model_wrappers": len(state.model_wrappers),
-            "grad_scaler": state.grad_scaler is not None,
-            "profiler_factory": state.profiler_factory is not None,
+            "contributions": sum(len(state.contributions(p)) for p in POINTS),
+            "capabilities": len(state.capabilities),
             "extras": len(state.extras),
             "handlers": len(state.handlers),
             "teardowns": len(state.teardowns),
@@ -262,10 +262,8 @@ ACCELERATOR_CHECK = """
 """
 
 EMPTY_SLOTS = {
-    "autocast_factory": False,
-    "model_wrappers": 0,
-    "grad_scaler": False,
-    "profiler_factory": False,
+    "contributions": 0,
+    "capabilities": 0,
     "extras": 0,
     "handlers": 0,
     "teardowns": 0,
