@@ -350,14 +350,18 @@ def test_a_config_error_in_the_workers_is_printed_once_without_a_traceback(
     out = accelkw("launch", "--nproc-per-node", "2", "bad.py", cwd=tmp_path)
     assert out.returncode == 1
     errors = [line for line in out.stderr.splitlines() if line.startswith("accelkw: error:")]
-    assert errors == [
+    message = (
         "accelkw: error: code: accelerator.mixed_precision: got 'fp17', expected one of 'no', "
-        "'fp16', 'bf16' (did you mean 'fp16'?) (ranks 0, 1)"
-    ]
+        "'fp16', 'bf16' (did you mean 'fp16'?)"
+    )
+    # Once, naming the ranks that reported it: torchrun stops the other rank as soon as one
+    # fails, so on a loaded machine only the first may get to report.
+    assert len(errors) == 1, out.stderr
+    assert errors[0] in {f"{message} (ranks 0, 1)", f"{message} (rank 0)", f"{message} (rank 1)"}
     assert "Traceback" not in out.stderr and "ChildFailedError" not in out.stderr
     one = accelkw("launch", "bad.py", cwd=tmp_path)  # a direct run: the same line
     assert one.returncode == 1
-    assert one.stderr.splitlines() == [errors[0].removesuffix(" (ranks 0, 1)")]
+    assert one.stderr.splitlines() == [message]
 
 
 @pytest.mark.multiprocess
