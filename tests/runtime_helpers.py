@@ -234,12 +234,9 @@ def loader_worker(rank: int) -> dict[str, Any]:
         ordered = acc.prepare(torch.utils.data.DataLoader(data, batch_size=4))
         epoch0 = [b[0].tolist() for b in shuffled]
         epoch1 = [b[0].tolist() for b in shuffled]
-        shuffled.set_epoch(0)
-        again0 = [b[0].tolist() for b in shuffled]
         return {
             "epoch0": epoch0,
             "epoch1": epoch1,
-            "again0": again0,
             "ordered": [b[0].tolist() for b in ordered],
             "batch_size": shuffled.batch_size,
         }
