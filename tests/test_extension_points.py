@@ -4,13 +4,14 @@ that names no built-in. Every handler here is written against ``accelkw_core.plu
 from __future__ import annotations
 
 import ast
+import contextlib
 import copy
 import dataclasses
 import pickle
 import subprocess
 import sys
 import textwrap
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from datetime import timedelta
 from pathlib import Path
@@ -527,3 +528,59 @@ def test_an_unclaimed_keyword_names_the_plugin_and_a_default_asks_for_nothing() 
         Accelerator(cpu=True, registry=registry, deepspeed_plugin=object())
     with pytest.raises(TypeError, match="unexpected keyword argument 'gradient_accumulation'"):
         Accelerator(cpu=True, registry=registry, gradient_accumulation=4)
+
+
+# -- accumulation: which micro-steps sync, asked of a contributed policy -------------------------
+
+
+class EverySecond:
+    """A third party's accumulation policy: every second micro-step syncs."""
+
+    num_steps = 2
+    adjust_scheduler = False
+    sync_each_batch = False
+
+    def advance(self, step: int, end_of_dataloader: bool) -> tuple[int, bool]:
+        return step + 1, (step + 1) % 2 == 0
+
+
+def test_the_accumulation_point_decides_which_micro_steps_sync_and_step() -> None:
+    held: list[str] = []
+
+    @contextlib.contextmanager
+    def suspend(model: Any) -> Iterator[None]:
+        held.append("held")
+        yield
+
+    policy = contributing("pairs", "accumulation", EverySecond())
+    holder = contributing("holder", "no_sync", suspend)
+    acc = Accelerator(cpu=True, registry=isolated_registry([plugin_of(policy, holder)]))
+    assert acc.gradient_accumulation_steps == 2
+    model = torch.nn.Linear(1, 1, bias=False)
+    torch.nn.init.ones_(model.weight)
+    model, opt = acc.prepare(model, torch.optim.SGD(model.parameters(), lr=1.0))
+    seen = []
+    for _ in range(2):
+        with acc.accumulate(model):
+            acc.backward(model(torch.ones(1, 1)).sum())  # d/dw of w/2: 0.5 per micro-step
+            opt.step()
+            opt.zero_grad()
+            seen.append((acc.sync_gradients, model.weight.item(), len(held)))
+    # The first micro-step neither steps nor clears the gradient, and holds back the sync.
+    assert seen == [(False, 1.0, 1), (True, 0.0, 1)]
+    assert acc.step == 2
+    with acc.no_sync(model):
+        assert len(held) == 2
+
+
+def test_without_an_accumulation_policy_every_micro_step_syncs() -> None:
+    from accelkw_core import ConfigError
+
+    acc = Accelerator(cpu=True, registry=isolated_registry())
+    model = torch.nn.Linear(1, 1)
+    model = acc.prepare(model)
+    with acc.accumulate(model), acc.no_sync(model):  # one process: nothing to hold back
+        assert acc.sync_gradients and acc.gradient_accumulation_steps == 1
+    acc.gradient_accumulation_steps = 1
+    with pytest.raises(ConfigError, match=r"gradient_accumulation_steps: got 4.*grad-accum"):
+        acc.gradient_accumulation_steps = 4

@@ -55,6 +55,13 @@ BUILTINS: tuple[Builtin, ...] = (
         "grad-scaler",
     ),
     Builtin(
+        "grad_accum",
+        "GradientAccumulationPlugin",
+        "accelkw_grad_accum",
+        "accelkw-grad-accum",
+        "grad-accum",
+    ),
+    Builtin(
         "process_group",
         "InitProcessGroupKwargs",
         "accelkw_process_group",
@@ -78,6 +85,7 @@ PROVIDERS: dict[str, str] = {
     "profiler": "profile",
     "forward_context": "autocast",
     "loss_scaling": "grad_scaler",
+    "accumulation": "grad_accum",
 }
 
 

@@ -20,6 +20,7 @@ from accelkw_core.discovery.catalog import provider_hint
 from accelkw_core.discovery.registry import Registry, get_registry
 from accelkw_core.errors import AccelkwError
 from accelkw_core.runtime import collectives as ops
+from accelkw_core.runtime.accumulation import AccumulationAPI, GradientState
 from accelkw_core.runtime.composition import compose
 from accelkw_core.runtime.forward import forward_contexts, patch_forward, unpatch_forward
 from accelkw_core.runtime.gaps import find_gaps, live_capabilities, warn_gaps
@@ -41,7 +42,7 @@ class NoProfiler:
         """Nothing to advance."""
 
 
-class Accelerator:
+class Accelerator(AccumulationAPI):
     """Compose the installed handlers, the config and the code's handlers into one run.
 
     ``mixed_precision`` (``"no"``, ``"fp16"``, ``"bf16"``) and ``cpu`` left at ``None`` come from
@@ -91,6 +92,7 @@ class Accelerator:
             state, registry=registry, settings=self.settings
         )
         self.state = state
+        self.gradient_state = GradientState.from_state(state, _loader_progress())
         self._ended = False
         self._models: list[tuple[Any, Any]] = []
         self._warned_no_profiler = False
@@ -172,7 +174,8 @@ class Accelerator:
         if isinstance(obj, torch.optim.Optimizer):
             return self.prepare_optimizer(obj)
         if isinstance(obj, torch.utils.data.DataLoader):
-            return self._wrap("data_loader_wrapper", prepare_data_loader(obj, self.state))
+            loader = prepare_data_loader(obj, self.state, self.gradient_state.loaders)
+            return self._wrap("data_loader_wrapper", loader)
         return obj
 
     def _wrap(self, point: str, obj: Any) -> Any:
@@ -203,7 +206,7 @@ class Accelerator:
         around = self.state.values("around_step")
         after = self.state.values("after_step")
         chain = build_step(around, after) if around or after else None
-        return AcceleratedOptimizer(inner, chain)
+        return AcceleratedOptimizer(inner, chain, self.gradient_state)
 
     def unwrap_model(self, model: Any, keep_fp32_wrapper: bool = True) -> Any:
         """The model as it was before the handlers' wrappers (DDP, ...) were applied.
@@ -247,7 +250,13 @@ class Accelerator:
         return scratch.values(point)
 
     def backward(self, loss: Any, **kwargs: Any) -> None:
-        """``loss.backward(**kwargs)``, or the ``backward`` contribution (loss scaling)."""
+        """``loss.backward(**kwargs)``, or the ``backward`` contribution (loss scaling).
+
+        The loss is divided by :attr:`gradient_accumulation_steps` first, as in Accelerate.
+        """
+        steps = self.gradient_state.num_steps
+        if steps != 1:
+            loss = loss / steps
         contributed = self.state.values("backward")
         if contributed:
             contributed[0](loss, **kwargs)
@@ -347,6 +356,12 @@ class Accelerator:
             f"device {self.state.device_type}, mixed_precision={self.state.mixed_precision!r}, "
             f"handlers: {names})"
         )
+
+
+def _loader_progress() -> Any:
+    from accelkw_core.runtime.data_loader import LoaderProgress
+
+    return LoaderProgress()
 
 
 def _teardown_at_exit(accelerator: Accelerator) -> Any:

@@ -21,13 +21,21 @@ class AcceleratedOptimizer(torch.optim.Optimizer):  # type: ignore[misc]
     Everything else (``zero_grad``, ``param_groups``, ``state_dict``, …) is the wrapped
     optimizer's. It subclasses ``torch.optim.Optimizer`` so learning-rate schedulers accept it.
     ``step_was_skipped`` is ``True`` after a step an around-step contribution skipped (the
-    gradient scaler, for inf/NaN gradients).
+    gradient scaler, for inf/NaN gradients). While ``gradient_state.sync_gradients`` is
+    ``False`` (a micro-step of gradient accumulation), ``step()`` and ``zero_grad()`` do
+    nothing, as in Accelerate.
     """
 
-    def __init__(self, optimizer: Any, chain: Callable[[StepContext], Any] | None = None) -> None:
+    def __init__(
+        self,
+        optimizer: Any,
+        chain: Callable[[StepContext], Any] | None = None,
+        gradient_state: Any = None,
+    ) -> None:
         # No super().__init__: the wrapped optimizer owns the parameters and the state.
         self.optimizer = optimizer
         self._chain = chain
+        self.gradient_state = gradient_state
         self._steps = 0
         self._skipped = False
 
@@ -65,10 +73,14 @@ class AcceleratedOptimizer(torch.optim.Optimizer):  # type: ignore[misc]
         return dict(self.optimizer.state_dict())
 
     def zero_grad(self, set_to_none: bool = True) -> None:
+        if self.gradient_state is not None and not self.gradient_state.sync_gradients:
+            return
         self.optimizer.zero_grad(set_to_none=set_to_none)
 
     def step(self, closure: Callable[[], Any] | None = None) -> Any:
         """Step the wrapped optimizer through the step chain (directly when it is empty)."""
+        if self.gradient_state is not None and not self.gradient_state.sync_gradients:
+            return None
         chain = self._chain
         if chain is None:
             return self.optimizer.step(closure) if closure is not None else self.optimizer.step()

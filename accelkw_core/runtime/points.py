@@ -19,6 +19,7 @@ from __future__ import annotations
 from typing import NamedTuple
 
 __all__ = [
+    "ACCUMULATION",
     "AFTER_STEP",
     "AROUND_STEP",
     "ATTRIBUTE",
@@ -115,6 +116,16 @@ NO_SYNC = ExtensionPoint(
     "accumulation) to hold back gradient synchronisation; without a contribution the model's "
     "own ``no_sync()`` is used when it has one, as in Accelerate",
 )
+ACCUMULATION = ExtensionPoint(
+    "accumulation",
+    ONE,
+    "an object with ``num_steps``, ``adjust_scheduler``, ``sync_each_batch`` and "
+    "``advance(step, end_of_dataloader) -> (step, sync)`` "
+    "(:class:`~accelkw_core.runtime.accumulation.AccumulationPolicy`)",
+    "asked by ``accelerator.accumulate()`` on every micro-step whether it ends in a gradient "
+    "sync and an optimizer step; ``num_steps`` divides the loss in ``backward``; without a "
+    "contribution every micro-step syncs",
+)
 MODEL_STATE = ExtensionPoint(
     "model_state",
     ONE,
@@ -160,6 +171,7 @@ POINTS: dict[str, ExtensionPoint] = {
         AROUND_STEP,
         AFTER_STEP,
         NO_SYNC,
+        ACCUMULATION,
         MODEL_STATE,
         PROFILER,
         CHECKPOINT,
