@@ -12,8 +12,9 @@ from typing import Any
 
 from accelkw_core.discovery.catalog import REFERENCE_NAMES
 from accelkw_core.handlers.base import KwargsHandler
+from accelkw_core.runtime.processes import DistributedType
 
-__all__ = ["KwargsHandler", *REFERENCE_NAMES]
+__all__ = ["DistributedType", "KwargsHandler", *REFERENCE_NAMES]
 
 
 def __getattr__(name: str) -> Any:

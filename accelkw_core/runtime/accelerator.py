@@ -26,6 +26,7 @@ from accelkw_core.runtime.forward import forward_contexts, patch_forward, unpatc
 from accelkw_core.runtime.gaps import find_gaps, live_capabilities, warn_gaps
 from accelkw_core.runtime.keywords import handlers_from_keywords
 from accelkw_core.runtime.state import AcceleratorState
+from accelkw_core.runtime.surface import AccelerateSurface
 
 if TYPE_CHECKING:
     import torch
@@ -42,7 +43,7 @@ class NoProfiler:
         """Nothing to advance."""
 
 
-class Accelerator(AccumulationAPI):
+class Accelerator(AccumulationAPI, AccelerateSurface):
     """Compose the installed handlers, the config and the code's handlers into one run.
 
     ``mixed_precision`` (``"no"``, ``"fp16"``, ``"bf16"``) and ``cpu`` left at ``None`` come from
@@ -158,7 +159,9 @@ class Accelerator(AccumulationAPI):
         through each ``data_loader_wrapper``. Returns one object for one argument, else a tuple
         in the order given.
         """
-        prepared = tuple(self._prepare_one(obj) for obj in objects)
+        # Schedulers last, as in Accelerate, so each finds its prepared optimizer.
+        firsts = [obj if _is_scheduler(obj) else self._prepare_one(obj) for obj in objects]
+        prepared = tuple(self.prepare_scheduler(o) if _is_scheduler(o) else o for o in firsts)
         return prepared[0] if len(prepared) == 1 else prepared
 
     def _prepare_one(self, obj: Any) -> Any:
@@ -175,7 +178,7 @@ class Accelerator(AccumulationAPI):
             return self.prepare_optimizer(obj)
         if isinstance(obj, torch.utils.data.DataLoader):
             loader = prepare_data_loader(obj, self.state, self.gradient_state.loaders)
-            return self._wrap("data_loader_wrapper", loader)
+            return self._track("data_loaders", self._wrap("data_loader_wrapper", loader))
         return obj
 
     def _wrap(self, point: str, obj: Any) -> Any:
@@ -206,7 +209,8 @@ class Accelerator(AccumulationAPI):
         around = self.state.values("around_step")
         after = self.state.values("after_step")
         chain = build_step(around, after) if around or after else None
-        return AcceleratedOptimizer(inner, chain, self.gradient_state)
+        prepared = AcceleratedOptimizer(inner, chain, self.gradient_state)
+        return self._track("optimizers", prepared)
 
     def unwrap_model(self, model: Any, keep_fp32_wrapper: bool = True) -> Any:
         """The model as it was before the handlers' wrappers (DDP, ...) were applied.
@@ -356,6 +360,14 @@ class Accelerator(AccumulationAPI):
             f"device {self.state.device_type}, mixed_precision={self.state.mixed_precision!r}, "
             f"handlers: {names})"
         )
+
+
+def _is_scheduler(obj: Any) -> bool:
+    import torch
+
+    from accelkw_core.runtime.scheduler import AcceleratedScheduler
+
+    return isinstance(obj, torch.optim.lr_scheduler.LRScheduler | AcceleratedScheduler)
 
 
 def _loader_progress() -> Any:

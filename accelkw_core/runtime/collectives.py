@@ -12,7 +12,7 @@ from accelkw_core.discovery.catalog import provider_hint
 from accelkw_core.errors import AccelkwError
 from accelkw_core.runtime.state import AcceleratorState
 
-__all__ = ["REDUCTIONS", "barrier", "gather", "has_group", "reduce"]
+__all__ = ["REDUCTIONS", "barrier", "gather", "gather_objects", "has_group", "reduce"]
 
 REDUCTIONS = ("sum", "mean")
 
@@ -86,3 +86,16 @@ def barrier(state: AcceleratorState) -> None:
     """Wait until every process reaches this point (nothing to wait for with one process)."""
     if state.distributed:
         _group(state, "wait_for_everyone").barrier()
+
+
+def gather_objects(data: Any, state: AcceleratorState) -> Any:
+    """Every process's list of picklable objects, concatenated in rank order.
+
+    With one process ``data`` itself, as Accelerate's ``gather_object``.
+    """
+    if not state.distributed:
+        return data
+    dist = _group(state, "gather_for_metrics")
+    parts: list[Any] = [None] * state.world_size
+    dist.all_gather_object(parts, data)
+    return [item for part in parts for item in part]

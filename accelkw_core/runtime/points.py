@@ -39,6 +39,7 @@ __all__ = [
     "PROFILER",
     "STACK",
     "TEARDOWN",
+    "UNSCALE_GRADIENTS",
     "ExtensionPoint",
 ]
 
@@ -108,6 +109,14 @@ AFTER_STEP = ExtensionPoint(
     "called after every optimizer step, in composition order (``step.skipped`` says whether "
     "the parameters changed)",
 )
+UNSCALE_GRADIENTS = ExtensionPoint(
+    "unscale_gradients",
+    ONE,
+    "a callable ``unscale(optimizer)``",
+    "called for every prepared optimizer (the optimizer its step chain sees) by "
+    "``clip_grad_norm_``, ``clip_grad_value_`` and ``unscale_gradients`` before gradients are "
+    "read, so they hold their true values; the handler that scales losses contributes it",
+)
 NO_SYNC = ExtensionPoint(
     "no_sync",
     ONE,
@@ -170,6 +179,7 @@ POINTS: dict[str, ExtensionPoint] = {
         BACKWARD,
         AROUND_STEP,
         AFTER_STEP,
+        UNSCALE_GRADIENTS,
         NO_SYNC,
         ACCUMULATION,
         MODEL_STATE,

@@ -23,7 +23,8 @@ class GradScalerKwargs(KwargsHandler):
     init_scale=..., growth_factor=..., backoff_factor=..., growth_interval=..., enabled=...)``
     and contributes it to the run's extension points: ``backward`` (``scaler.scale(loss)
     .backward()``), ``around_step`` (``scaler.step(optimizer)``, which unscales and skips a step
-    with inf/NaN gradients, then ``scaler.update()``), ``checkpoint`` (its state is saved with
+    with inf/NaN gradients, then ``scaler.update()``), ``unscale_gradients``
+    (``scaler.unscale_(optimizer)`` before gradient clipping), ``checkpoint`` (its state is saved with
     the run) and ``attribute`` (``accelerator.scaler``). With ``"bf16"`` or ``"no"`` there is
     nothing to scale: no scaler is created and the state's log says why.
 
@@ -98,6 +99,11 @@ class GradScalerKwargs(KwargsHandler):
             _ScaledStep(scaler),
             "optimizer steps go through scaler.step() (unscale; skip on inf/NaN) and "
             "scaler.update()",
+        )
+        plan.contribute(
+            "unscale_gradients",
+            scaler.unscale_,
+            "gradient clipping unscales first (scaler.unscale_(optimizer))",
         )
         plan.contribute("checkpoint", scaler, "the scaler's state is saved with the run")
         plan.contribute("attribute", scaler, "accelerator.scaler is this scaler", key="scaler")

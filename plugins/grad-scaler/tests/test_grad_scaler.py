@@ -203,6 +203,7 @@ def test_the_plan_matches_apply_and_planning_contributes_nothing() -> None:
     assert [(s.point, s.key) for s in plan.steps] == [
         ("backward", None),
         ("around_step", None),
+        ("unscale_gradients", None),
         ("checkpoint", None),
         ("attribute", "scaler"),
     ]
