@@ -1,0 +1,5 @@
+"""accelkw-ema: ``EmaKwargs``, an exponential moving average of the weights."""
+
+from accelkw_ema.handler import EmaKwargs
+
+__all__ = ["EmaKwargs"]
