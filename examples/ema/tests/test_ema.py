@@ -300,6 +300,23 @@ def test_saved_and_loaded_through_the_checkpoint_point_resumes_exactly() -> None
         assert_same(list(acc.ema.averages().values()), straight)
 
 
+def test_save_state_and_load_state_carry_the_average(tmp_path: Path) -> None:
+    data = batches(6)
+    with accelerator(EmaKwargs(decay=0.7, update_every=2)) as acc:
+        model, opt = prepared(acc)
+        train(acc, model, opt, data[:3])
+        folder = Path(acc.save_state(tmp_path / "checkpoint"))
+        assert (folder / "ema.pt").is_file()  # keyed by the handler's name
+        train(acc, model, opt, data[3:])
+        straight = [a.clone() for a in acc.ema.averages().values()]
+    with accelerator(EmaKwargs(decay=0.7, update_every=2)) as acc:
+        model, opt = prepared(acc, seed=9)
+        acc.load_state(folder)
+        assert acc.ema.state_dict()["models"][0]["steps"] == 3
+        train(acc, model, opt, data[3:])
+        assert_same(list(acc.ema.averages().values()), straight)
+
+
 def test_loading_into_other_models_says_what_differs() -> None:
     with accelerator(EmaKwargs()) as acc:
         prepared(acc)
