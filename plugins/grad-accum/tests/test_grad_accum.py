@@ -159,8 +159,6 @@ def test_fp16_with_the_scaler_matches_a_hand_written_torch_loop() -> None:
 
 
 def test_the_scheduler_steps_only_with_the_optimizer_and_is_adjusted() -> None:
-    from accelkw_core.runtime.scheduler import AcceleratedScheduler
-
     for adjust in (True, False):
         plugin = GradientAccumulationPlugin(num_steps=4, adjust_scheduler=adjust)
         acc = Accelerator(
@@ -168,20 +166,14 @@ def test_the_scheduler_steps_only_with_the_optimizer_and_is_adjusted() -> None:
         )
         model = torch.nn.Linear(1, 1)
         optimizer = torch.optim.SGD(model.parameters(), lr=1.0)
-        model, optimizer = acc.prepare(model, optimizer)
         inner = torch.optim.lr_scheduler.StepLR(optimizer, step_size=1, gamma=0.5)
-        scheduler = AcceleratedScheduler(
-            inner,
-            [optimizer],
-            synced=lambda acc=acc: bool(acc.sync_gradients),
-            on_unsynced=acc.gradient_state.adjust_scheduler,
-        )
+        model, optimizer, scheduler = acc.prepare(model, optimizer, inner)
         for _ in range(8):
             with acc.accumulate(model):
                 acc.backward(model(torch.ones(1, 1)).sum())
                 optimizer.step()
                 scheduler.step()
                 optimizer.zero_grad()
-        assert scheduler.get_last_lr() == [0.25]  # two real steps
+        assert scheduler.get_last_lr() == [0.25]  # two real steps halve it twice
         # Created at 1; +2 real steps; +6 counted micro-steps when adjusted.
         assert inner._step_count == (9 if adjust else 3)
