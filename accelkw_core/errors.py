@@ -17,6 +17,7 @@ __all__ = [
     "IncompatiblePluginWarning",
     "MissingPluginWarning",
     "PluginError",
+    "PluginLoadWarning",
     "PointConflictError",
     "RequirementError",
     "ScaffoldError",
@@ -202,5 +203,13 @@ class ConfigWarning(UserWarning):
     ``accelkw config check --strict`` and ``accelkw plugins list --strict`` make these errors."""
 
 
-class IncompatiblePluginWarning(UserWarning):
+class PluginLoadWarning(UserWarning):
+    """An installed plugin was left out of a run: it failed to load or conflicts with another.
+
+    The message names the plugin, its distribution, why, and the fix (deny one of two
+    conflicting distributions, fix or uninstall a broken one).
+    """
+
+
+class IncompatiblePluginWarning(PluginLoadWarning):
     """An installed plugin was left out of a run: its distribution excludes the installed core."""

@@ -59,6 +59,7 @@ class CastKwargs(KwargsHandler):
             "forward_context",
             functools.partial(self.context, state),
             f"autocast enabled={self.enabled}",
+            provides=("mixed_precision",),
         )
 
 

@@ -113,3 +113,27 @@ def test_a_bad_demo_config_fails_before_any_worker_starts(tmp_path: Path) -> Non
         out.stderr
     )
     assert "step" not in out.stdout
+
+
+def test_the_summary_says_when_mixed_precision_was_not_applied() -> None:
+    from accelkw_core.cli.demo_cmd import format_summary
+
+    summary = {
+        "world_size": 1,
+        "device": "cpu",
+        "mixed_precision": "bf16",
+        "mixed_precision_applied": False,
+        "log": [],
+        "loss_first": 1.0,
+        "loss_last": 0.5,
+        "steps": 2,
+        "global_batch": 4,
+        "samples_per_s": 10.0,
+        "param_spread": None,
+        "trace_dir": None,
+        "traces": [],
+        "seconds": 1.0,
+    }
+    text = format_summary(summary)
+    assert "mixed precision 'bf16' (not applied: no installed handler autocasts" in text
+    assert "(not applied" not in format_summary({**summary, "mixed_precision_applied": True})

@@ -584,3 +584,18 @@ def test_without_an_accumulation_policy_every_micro_step_syncs() -> None:
     acc.gradient_accumulation_steps = 1
     with pytest.raises(ConfigError, match=r"gradient_accumulation_steps: got 4.*grad-accum"):
         acc.gradient_accumulation_steps = 4
+
+
+def test_check_values_may_ask_which_fields_were_set() -> None:
+    # Building the default instance runs check_values, which asks explicit_fields(), which
+    # needs the default instance: answered from the declared defaults, not by recursing.
+    @dataclass
+    class Careful(KwargsHandler):
+        name: ClassVar[str] = "careful"
+        level: int = handler_field(1, doc="a level")
+
+        def check_values(self) -> None:
+            assert "level" not in self.explicit_fields() or self.level >= 0
+
+    assert Careful(level=3).explicit_fields() == {"level"}
+    assert Careful().explicit_fields() == frozenset()

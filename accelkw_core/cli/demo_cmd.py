@@ -145,13 +145,19 @@ def cmd_demo(args: argparse.Namespace) -> int:
     return 0
 
 
+def _precision_note(summary: dict[str, Any]) -> str:
+    if summary["mixed_precision"] == "no" or summary.get("mixed_precision_applied", True):
+        return ""
+    return " (not applied: no installed handler autocasts, so it trained in float32)"
+
+
 def format_summary(summary: dict[str, Any]) -> str:
     """The end-of-run summary as text."""
     lines = [
         "",
         "summary",
         f"  processes:       {summary['world_size']} on {summary['device']}, "
-        f"mixed precision {summary['mixed_precision']!r}",
+        f"mixed precision {summary['mixed_precision']!r}{_precision_note(summary)}",
         "  handlers applied (in order) and what each did:",
     ]
     for entry in summary["log"]:

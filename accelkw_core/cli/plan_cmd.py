@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import argparse
+import contextlib
 import os
+from collections.abc import Iterator
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
@@ -36,6 +38,7 @@ def add_parser(sub: Any) -> None:
 def build_plan(config: str | None, nproc: int | None) -> tuple[Settings, dict[str, Any]]:
     """The settings and the plan as JSON data; raises ``AccelkwError`` for a bad config."""
     from accelkw_core.cli.settings_view import settings_json
+    from accelkw_core.config.environment import env_int
     from accelkw_core.config.settings import resolve_settings
     from accelkw_core.discovery.registry import get_registry
     from accelkw_core.errors import ConfigError
@@ -44,7 +47,7 @@ def build_plan(config: str | None, nproc: int | None) -> tuple[Settings, dict[st
 
     registry = get_registry()
     settings = resolve_settings(config=config, registry=registry)
-    world_size = nproc if nproc is not None else int(os.environ.get("WORLD_SIZE") or 1)
+    world_size = nproc if nproc is not None else env_int(os.environ, "WORLD_SIZE", 1, 1)
     if world_size < 1:
         raise ConfigError("plan", "nproc_per_node", world_size, "an integer >= 1")
     state = AcceleratorState(
@@ -52,13 +55,12 @@ def build_plan(config: str | None, nproc: int | None) -> tuple[Settings, dict[st
         cpu=settings.cpu,
         world_size=world_size,
         local_world_size=world_size,
-        master_addr=os.environ.get("MASTER_ADDR") or "127.0.0.1",
-        master_port=int(os.environ.get("MASTER_PORT") or 29500),
     )
     installed = registry.handlers()
     versions = {name: info.version for name, info in installed.items()}
     data = settings_json(settings, versions)
-    plans, gaps = plan_run(settings, state, installed)
+    with _launch_rendezvous(world_size):
+        plans, gaps = plan_run(settings, state, registry)
     for entry, planned in zip(data["handlers"], plans, strict=True):
         entry["plan"] = planned.summary
         entry["steps"] = (
@@ -73,6 +75,24 @@ def build_plan(config: str | None, nproc: int | None) -> tuple[Settings, dict[st
     data["device_type"] = state.device_type
     data["warnings"] = gaps
     return settings, data
+
+
+@contextlib.contextmanager
+def _launch_rendezvous(world_size: int) -> Iterator[None]:
+    # Plan the rendezvous a run will really use: `accelkw launch` (torchrun) hands workers
+    # env:// with MASTER_ADDR and a free MASTER_PORT it picks, unless they are set already.
+    missing = [v for v in ("MASTER_ADDR", "MASTER_PORT") if not os.environ.get(v)]
+    if world_size <= 1 or not missing:
+        yield
+        return
+    stand_in = {"MASTER_ADDR": "127.0.0.1", "MASTER_PORT": "<a free port accelkw launch picks>"}
+    for var in missing:
+        os.environ[var] = stand_in[var]
+    try:
+        yield
+    finally:
+        for var in missing:
+            os.environ.pop(var, None)
 
 
 def cmd_plan(args: argparse.Namespace) -> int:

@@ -68,6 +68,8 @@ BUILTINS: tuple[Builtin, ...] = (
         "accelkw-process-group",
         "process-group",
     ),
+    Builtin("fsdp", "FullyShardedDataParallelPlugin", "accelkw_fsdp", "accelkw-fsdp", "fsdp"),
+    Builtin("compile", "TorchDynamoPlugin", "accelkw_compile", "accelkw-compile", "compile"),
 )
 
 # Reference class name -> (module that defines it, distribution that ships the module).
@@ -84,6 +86,7 @@ PROVIDERS: dict[str, str] = {
     "process_group": "process_group",
     "profiler": "profile",
     "forward_context": "autocast",
+    "mixed_precision": "autocast",
     "loss_scaling": "grad_scaler",
     "accumulation": "grad_accum",
 }

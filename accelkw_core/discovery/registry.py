@@ -20,7 +20,6 @@ from accelkw_core.config.environment import env_flag
 from accelkw_core.discovery import cache, compat, hookspecs
 from accelkw_core.errors import (
     ConfigWarning,
-    IncompatiblePluginWarning,
     PluginError,
     UnknownHandlerError,
     suggest,
@@ -416,26 +415,16 @@ class Registry:
         return [r for r in self.plugins() if r.status == INCOMPATIBLE]
 
     def warn_incompatible(self, skip: Iterable[str] = (), stacklevel: int = 2) -> None:
-        """Warn once per registry, naming each incompatible plugin a run would have composed.
+        """Warn once per registry about each plugin a run goes without (see :mod:`.troubles`).
 
-        ``skip``: plugin names the run leaves out anyway (disabled in its settings).
+        ``skip``: plugin or handler names the run leaves out anyway (disabled in its settings).
         """
         if self._warned_incompatible:
             return
-        left_out = [r for r in self.incompatible() if r.name not in set(skip)]
-        if not left_out:
-            return
         self._warned_incompatible = True
-        import warnings
+        from accelkw_core.discovery.troubles import warn_troubles
 
-        for record in left_out:
-            warnings.warn(
-                IncompatiblePluginWarning(
-                    f"plugin {record.name!r} was not loaded, so this run goes without it: "
-                    f"{record.reason}"
-                ),
-                stacklevel=stacklevel + 1,
-            )
+        warn_troubles(self, skip, stacklevel + 1)
 
     @property
     def hook(self) -> Any:

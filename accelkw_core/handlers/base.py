@@ -216,7 +216,30 @@ def _defaults(cls: type) -> dict[str, Any]:
     # A default instance per class, built once: to_kwargs() is on the hot path of the runtime.
     defaults = _DEFAULTS.get(cls)
     if defaults is None:
-        instance = cls()
+        if cls in _BUILDING:
+            # check_values() of the default instance itself asks which fields differ: answer
+            # from the declared defaults instead of building that instance again, forever.
+            return _declared_defaults(cls)
+        _BUILDING.add(cls)
+        try:
+            instance = cls()
+        finally:
+            _BUILDING.discard(cls)
         defaults = {n: getattr(instance, n) for n in _init_field_names(cls)}
         _DEFAULTS[cls] = defaults
     return defaults
+
+
+_BUILDING: set[type] = set()
+
+
+def _declared_defaults(cls: type) -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    for f in dataclasses.fields(cls):
+        if not f.init:
+            continue
+        if f.default is not dataclasses.MISSING:
+            out[f.name] = f.default
+        elif f.default_factory is not dataclasses.MISSING:
+            out[f.name] = f.default_factory()
+    return out

@@ -23,7 +23,7 @@ from accelkw_core.runtime import collectives as ops
 from accelkw_core.runtime.accumulation import AccumulationAPI, GradientState
 from accelkw_core.runtime.composition import compose
 from accelkw_core.runtime.forward import forward_contexts, patch_forward, unpatch_forward
-from accelkw_core.runtime.gaps import find_gaps, live_capabilities, warn_gaps
+from accelkw_core.runtime.gaps import gaps_of_run, live_capabilities, warn_gaps
 from accelkw_core.runtime.keywords import handlers_from_keywords
 from accelkw_core.runtime.state import AcceleratorState
 from accelkw_core.runtime.surface import AccelerateSurface
@@ -100,12 +100,7 @@ class Accelerator(AccumulationAPI, AccelerateSurface):
         # An Accelerator nobody ended still undoes its handlers (a process group) once, at exit.
         self._atexit = _teardown_at_exit(self)
         try:
-            gaps = find_gaps(
-                state.world_size,
-                live_capabilities(state),
-                registry.handlers(),
-                self.settings.disabled,
-            )
+            gaps = gaps_of_run(state, live_capabilities(state), registry, self.settings.disabled)
             warn_gaps(state, gaps)
         except BaseException:
             self.end_training()

@@ -12,19 +12,41 @@ from __future__ import annotations
 import sys
 import warnings
 from collections.abc import Collection, Mapping
+from typing import TYPE_CHECKING
 
 from accelkw_core.discovery.catalog import PROVIDERS, provider_hint
 from accelkw_core.errors import MissingPluginWarning
 from accelkw_core.runtime.state import AcceleratorState
 
-__all__ = ["GRADIENT_SYNC", "PROCESS_GROUP", "find_gaps", "live_capabilities", "warn_gaps"]
+if TYPE_CHECKING:
+    from accelkw_core.discovery.registry import Registry
+
+__all__ = [
+    "GRADIENT_SYNC",
+    "LOSS_SCALING",
+    "MIXED_PRECISION",
+    "PROCESS_GROUP",
+    "find_gaps",
+    "gaps_of_run",
+    "live_capabilities",
+    "warn_gaps",
+]
 
 GRADIENT_SYNC = "gradient_sync"
 PROCESS_GROUP = "process_group"
+MIXED_PRECISION = "mixed_precision"
+LOSS_SCALING = "loss_scaling"
 
 
-def _why_missing(capability: str, installed: Collection[str], disabled: Mapping[str, str]) -> str:
+def _why_missing(
+    capability: str,
+    installed: Collection[str],
+    disabled: Mapping[str, str],
+    troubles: Mapping[str, str],
+) -> str:
     provider = PROVIDERS.get(capability)
+    if provider is not None and provider in troubles:
+        return troubles[provider]
     if provider is not None and provider in disabled:
         return f"the {provider!r} handler is disabled ({disabled[provider]})"
     if provider is not None and provider in installed:
@@ -37,25 +59,68 @@ def find_gaps(
     capabilities: Collection[str],
     installed: Collection[str],
     disabled: Mapping[str, str],
+    *,
+    mixed_precision: str = "no",
+    troubles: Mapping[str, str] | None = None,
 ) -> list[str]:
-    """What a run of ``world_size`` processes lacks, given the capabilities it has."""
-    if world_size <= 1:
-        return []
+    """What a run lacks, given the capabilities it has: gradient sync and a process group on
+    several processes, autocast and loss scaling under mixed precision.
+
+    ``troubles`` (handler name -> why an installed one is unusable, see
+    :func:`~accelkw_core.discovery.troubles.handler_troubles`) explains a missing provider
+    better than an install line would.
+    """
+    troubles = troubles or {}
+
+    def why(capability: str) -> str:
+        return _why_missing(capability, installed, disabled, troubles)
+
     gaps = []
+    if mixed_precision in ("fp16", "bf16") and MIXED_PRECISION not in capabilities:
+        gaps.append(
+            f"mixed_precision={mixed_precision!r} has no effect: no handler autocasts the forward "
+            f"passes, so the run trains in float32; {why(MIXED_PRECISION)}"
+        )
+    if mixed_precision == "fp16" and LOSS_SCALING not in capabilities:
+        gaps.append(
+            "mixed_precision='fp16' without loss scaling: small gradients may underflow to zero "
+            f"in float16; {why(LOSS_SCALING)}"
+        )
+    if world_size <= 1:
+        return gaps
     if GRADIENT_SYNC not in capabilities:
         gaps.append(
             f"world size {world_size} > 1 but no handler synchronises gradients across "
             "processes: gradients will not be synchronised, each process trains its own copy; "
-            + _why_missing(GRADIENT_SYNC, installed, disabled)
+            + why(GRADIENT_SYNC)
         )
     if PROCESS_GROUP not in capabilities:
         gaps.append(
             f"world size {world_size} > 1 but no torch.distributed process group is initialised: "
             "gather, reduce, wait_for_everyone and gradient synchronisation need one; "
-            + _why_missing(PROCESS_GROUP, installed, disabled)
+            + why(PROCESS_GROUP)
             + ", or call torch.distributed.init_process_group before creating the Accelerator"
         )
     return gaps
+
+
+def gaps_of_run(
+    state: AcceleratorState,
+    capabilities: Collection[str],
+    registry: Registry,
+    disabled: Mapping[str, str],
+) -> list[str]:
+    """:func:`find_gaps` for a run on ``state`` with ``registry``'s plugins (and their troubles)."""
+    from accelkw_core.discovery.troubles import handler_troubles
+
+    return find_gaps(
+        state.world_size,
+        capabilities,
+        registry.handlers(),
+        disabled,
+        mixed_precision=state.mixed_precision,
+        troubles=handler_troubles(registry),
+    )
 
 
 def live_capabilities(state: AcceleratorState, provided: Collection[str] | None = None) -> set[str]:

@@ -6,16 +6,16 @@
 
 from __future__ import annotations
 
-from collections.abc import Mapping
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from accelkw_core.errors import AccelkwError
 from accelkw_core.handlers.base import KwargsHandler
 from accelkw_core.handlers.plan import Plan
-from accelkw_core.runtime.gaps import find_gaps, live_capabilities
+from accelkw_core.runtime.gaps import gaps_of_run, live_capabilities
 
 if TYPE_CHECKING:
     from accelkw_core.config.settings import Settings
+    from accelkw_core.discovery.registry import Registry
     from accelkw_core.runtime.state import AcceleratorState
 
 __all__ = ["HandlerPlan", "plan_handler", "plan_run"]
@@ -62,13 +62,11 @@ def plan_handler(name: str, handler: KwargsHandler, state: AcceleratorState) -> 
 
 
 def plan_run(
-    settings: Settings,
-    state: AcceleratorState,
-    installed: Mapping[str, Any],
+    settings: Settings, state: AcceleratorState, registry: Registry
 ) -> tuple[list[HandlerPlan], list[str]]:
     """Every composed handler's plan on ``state``, in apply order, and the gaps they leave."""
     plans = [plan_handler(hs.name, hs.handler, state) for hs in settings.handlers]
     provided = {cap for hp in plans if hp.plan is not None for cap in hp.plan.provides}
     capabilities = live_capabilities(state, provided)
-    gaps = find_gaps(state.world_size, capabilities, installed, settings.disabled)
+    gaps = gaps_of_run(state, capabilities, registry, settings.disabled)
     return plans, gaps

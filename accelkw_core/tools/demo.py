@@ -127,6 +127,8 @@ def _loop(
         "world_size": acc.num_processes,
         "device": str(acc.device),
         "mixed_precision": acc.mixed_precision,
+        # Whether a handler applied it: without an autocast plugin the run is float32.
+        "mixed_precision_applied": "mixed_precision" in acc.state.capabilities,
         "handlers": list(acc.state.handlers),
         "log": [
             {"handler": e.handler, "message": e.message, "applied": e.applied}

@@ -119,7 +119,9 @@ class AutocastKwargs(KwargsHandler):
         )
         if not self.enabled:
             text += "; autocasting explicitly turned off inside it"
-        plan.contribute("forward_context", self.factory(state), text)
+        plan.contribute(
+            "forward_context", self.factory(state), text, provides=("mixed_precision",)
+        )
         plan.contribute(
             "forward_output",
             outputs_to_fp32,

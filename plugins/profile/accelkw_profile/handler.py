@@ -205,16 +205,25 @@ class ProfileKwargs(KwargsHandler):
         return Plan(self.name).contribute("profiler", functools.partial(self.context, state), text)
 
     def _plan(self, state: AcceleratorState) -> str:
+        # Said for the whole run, then for this rank: the demo and `accelkw plan` show one
+        # rank's plan, which must not read as if only that rank profiled.
+        ranks = [r for r in range(state.world_size) if self.selects(r)]
         missing = [r for r in self.profile_ranks or () if r >= state.world_size]
         note = (
             f" (profile_ranks {missing} name no rank of world size {state.world_size})"
             if missing
             else ""
         )
+        if state.world_size == 1 or len(ranks) == 1:
+            who = f"rank {ranks[0]} profiles" if ranks else "no rank profiles"
+        elif len(ranks) == state.world_size:
+            who = f"every rank (0-{state.world_size - 1}) profiles"
+        else:
+            who = f"ranks {', '.join(map(str, ranks))} profile" if ranks else "no rank profiles"
         if not self.selects(state.rank):
             return (
-                f"rank {state.rank} not in profile_ranks {self.profile_ranks}: "
-                f"profile() yields a no-op profiler{note}"
+                f"{who} in profile(); rank {state.rank} is not in profile_ranks "
+                f"{self.profile_ranks}, so its profile() yields a no-op profiler{note}"
             )
         parts = [f"activities {self.activities}" if self.activities else "torch's activities"]
         if self.schedule_option is not None:
@@ -225,9 +234,14 @@ class ProfileKwargs(KwargsHandler):
             parts.append(", ".join(flags))
         if self.on_trace_ready is not None:
             parts.append(f"on_trace_ready {getattr(self.on_trace_ready, '__name__', 'callable')}")
-        path = self.trace_path(state.rank)
-        parts.append(f"Chrome trace to {path}" if path else "no trace file")
-        return f"rank {state.rank} profiles in profile(): {'; '.join(parts)}{note}"
+        if self.output_trace_dir is None:
+            parts.append("no trace file")
+        elif len(ranks) == 1:
+            parts.append(f"Chrome trace to {self.trace_path(ranks[0])}")
+        else:
+            names = ", ".join(os.path.basename(str(self.trace_path(r))) for r in ranks)
+            parts.append(f"Chrome traces to {self.output_trace_dir} ({names})")
+        return f"{who} in profile(): {'; '.join(parts)}{note}"
 
 
 def _member(torch: Any, name: str) -> Any:

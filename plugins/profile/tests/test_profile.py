@@ -227,7 +227,10 @@ def test_an_unselected_rank_gets_a_no_op_profiler_and_writes_nothing(tmp_path: P
         run_model(prof)
     assert list(tmp_path.iterdir()) == []
     (entry,) = state.log
-    assert entry.message == "rank 1 not in profile_ranks [0]: profile() yields a no-op profiler"
+    assert entry.message == (
+        "rank 0 profiles in profile(); rank 1 is not in profile_ranks [0], "
+        "so its profile() yields a no-op profiler"
+    )
     # The no-op profiler is a contribution (so profile() on this rank neither profiles nor
     # warns that no profiler is configured), hence a step that changes the run.
     assert entry.applied is True
@@ -339,4 +342,16 @@ class TestProfileContract(HandlerContract):
         {"profile_ranks": [0], "on_trace_ready": trace_ready},
         {"profile_ranks": [1], "output_trace_dir": "traces"},
         {"profile_ranks": None, "with_modules": False},
+    )
+
+
+def test_the_plan_says_which_ranks_profile_not_only_this_one(tmp_path: Path) -> None:
+    every = ProfileKwargs(output_trace_dir=str(tmp_path)).describe(make_state(world_size=2))
+    assert every.startswith("every rank (0-1) profiles in profile()")
+    assert f"Chrome traces to {tmp_path} (profile_0.json, profile_1.json)" in every
+    one = ProfileKwargs(output_trace_dir=str(tmp_path), profile_ranks=[1])
+    text = one.describe(make_state(world_size=2, rank=0))
+    assert text.startswith("rank 1 profiles in profile(); rank 0 is not in profile_ranks [1]")
+    assert one.describe(make_state(world_size=2, rank=1)).endswith(
+        f"Chrome trace to {tmp_path / 'profile_1.json'}"
     )
