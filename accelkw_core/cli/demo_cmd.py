@@ -163,6 +163,12 @@ def format_summary(summary: dict[str, Any]) -> str:
     for entry in summary["log"]:
         mark = "" if entry["applied"] else " [not applied]"
         lines.append(f"    {entry['handler']}: {entry['message']}{mark}")
+    timings = summary.get("timings") or {}
+    if timings:
+        applied = ", ".join(
+            f"{name} {t['apply_ms']:.1f} ms" for name, t in timings.items() if "apply_ms" in t
+        )
+        lines.append(f"  apply time:      {applied} (rank 0)")
     lines.append(
         f"  loss:            {summary['loss_first']:.4f} -> {summary['loss_last']:.4f} "
         f"over {summary['steps']} steps (global batch {summary['global_batch']})"

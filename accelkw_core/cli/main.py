@@ -65,6 +65,9 @@ def main(argv: Sequence[str] | None = None) -> int:
 
     previous, warnings.showwarning = warnings.showwarning, show_warning
     try:
+        from accelkw_core.logs import configure_from_env
+
+        configure_from_env()
         return int(func(args))
     except AccelkwError as exc:
         print(f"accelkw: error: {exc}", file=sys.stderr)

@@ -63,6 +63,7 @@ def build_plan(config: str | None, nproc: int | None) -> tuple[Settings, dict[st
         plans, gaps = plan_run(settings, state, registry)
     for entry, planned in zip(data["handlers"], plans, strict=True):
         entry["plan"] = planned.summary
+        entry["plan_ms"] = round(planned.ms, 3)
         entry["steps"] = (
             [
                 {"message": step.message, "point": step.point, "provides": list(step.provides)}

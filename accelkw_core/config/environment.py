@@ -25,6 +25,7 @@ __all__ = [
     "VARIABLES",
     "env_flag",
     "env_int",
+    "env_log_level",
     "handler_variable",
     "unknown_variables",
 ]
@@ -44,6 +45,7 @@ VARIABLES: dict[str, str] = {
     "ACCELKW_DISABLE_PLUGINS": "comma-separated deny-list of plugin or distribution names",
     "ACCELKW_DISABLE_PLUGIN_AUTOLOAD": "a switch: read no entry points",
     "ACCELKW_NO_CACHE": "a switch: scan the entry points instead of reading the cache",
+    "ACCELKW_LOG_LEVEL": "what the 'accelkw' loggers print to stderr: DEBUG, INFO, WARNING, ...",
     # Set by `accelkw launch` for its workers (accelkw_core.cli.worker), not by users.
     "ACCELKW_LAUNCH_ERRORS": "the folder where workers leave a configuration error",
     "ACCELKW_LAUNCH_PARENT": "the pid of the process that started the workers",
@@ -94,6 +96,27 @@ def env_int(env: Mapping[str, str], var: str, default: int, minimum: int) -> int
             source=f"environment variable {var}",
         )
     return value
+
+
+LOG_LEVELS = ("DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL")
+
+
+def env_log_level(env: Mapping[str, str]) -> str | None:
+    """The level in ``ACCELKW_LOG_LEVEL`` (upper case), ``None`` when unset; else ConfigError."""
+    raw = env.get("ACCELKW_LOG_LEVEL")
+    if raw is None or not raw.strip():
+        return None
+    level = raw.strip().upper()
+    if level not in LOG_LEVELS:
+        raise ConfigError(
+            "environment",
+            "log_level",
+            raw,
+            "one of " + ", ".join(LOG_LEVELS),
+            suggestion=suggest(level, LOG_LEVELS),
+            source="environment variable ACCELKW_LOG_LEVEL",
+        )
+    return level
 
 
 def handler_variable(handler: str, field: str) -> str:

@@ -19,6 +19,7 @@ from accelkw_core.config.settings import Settings, resolve_settings
 from accelkw_core.discovery.catalog import provider_hint
 from accelkw_core.discovery.registry import Registry, get_registry
 from accelkw_core.errors import AccelkwError
+from accelkw_core.logs import configure_from_env
 from accelkw_core.runtime import collectives as ops
 from accelkw_core.runtime.accumulation import AccumulationAPI, GradientState
 from accelkw_core.runtime.composition import compose
@@ -71,6 +72,7 @@ class Accelerator(AccumulationAPI, AccelerateSurface):
         registry: Registry | None = None,
         **keywords: Any,
     ) -> None:
+        configure_from_env()
         registry = registry if registry is not None else get_registry()
         handlers = list(kwargs_handlers or ())
         if keywords:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import heapq
+import time
 from collections.abc import Iterable, Mapping, Sequence
 from typing import TYPE_CHECKING
 
@@ -196,6 +197,7 @@ def compose(
     for handler in ordered:
         name = handler_key(handler)
         state.distributions[name] = dists.get(name)
+        started = time.perf_counter()
         try:
             handler.apply(state)
         except PointConflictError as exc:
@@ -204,6 +206,7 @@ def compose(
         except Exception as exc:
             _rollback(state, exc)
             raise HandlerApplyError(name, dists.get(name), exc) from exc
+        state.timed(name, "apply", started)
         state.handlers[name] = handler
     try:
         _state_ready(registry, state)

@@ -6,6 +6,7 @@
 
 from __future__ import annotations
 
+import time
 from typing import TYPE_CHECKING
 
 from accelkw_core.errors import AccelkwError
@@ -24,12 +25,13 @@ __all__ = ["HandlerPlan", "plan_handler", "plan_run"]
 class HandlerPlan:
     """A handler's plan on a state, or why it could not be planned (``error``)."""
 
-    __slots__ = ("error", "name", "plan")
+    __slots__ = ("error", "ms", "name", "plan")
 
     def __init__(self, name: str, plan: Plan | None, error: str | None = None) -> None:
         self.name = name
         self.plan = plan
         self.error = error
+        self.ms = 0.0  # how long planning took
 
     @property
     def summary(self) -> str:
@@ -65,7 +67,12 @@ def plan_run(
     settings: Settings, state: AcceleratorState, registry: Registry
 ) -> tuple[list[HandlerPlan], list[str]]:
     """Every composed handler's plan on ``state``, in apply order, and the gaps they leave."""
-    plans = [plan_handler(hs.name, hs.handler, state) for hs in settings.handlers]
+    plans = []
+    for hs in settings.handlers:
+        started = time.perf_counter()
+        planned = plan_handler(hs.name, hs.handler, state)
+        planned.ms = (time.perf_counter() - started) * 1000
+        plans.append(planned)
     provided = {cap for hp in plans if hp.plan is not None for cap in hp.plan.provides}
     capabilities = live_capabilities(state, provided)
     gaps = gaps_of_run(state, capabilities, registry, settings.disabled)

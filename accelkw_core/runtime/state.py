@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import logging
 import os
+import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, NamedTuple
@@ -106,6 +108,7 @@ class AcceleratorState:
         self.extras: dict[str, Any] = {}
         self._points: dict[str, list[Contribution]] = {}
         self.log: list[LogEntry] = []
+        self.timings: dict[str, dict[str, float]] = {}
         self._teardowns: list[tuple[str, Teardown]] = []
 
     @classmethod
@@ -156,8 +159,28 @@ class AcceleratorState:
         return torch.device(self.device_type, self.local_rank)
 
     def record(self, handler: str, message: str, *, applied: bool = True) -> None:
-        """Log what ``handler`` did (``applied=True``) or why it did nothing."""
+        """Log what ``handler`` did (``applied=True``) or why it did nothing.
+
+        The line also goes to the standard ``logging`` logger ``accelkw.<handler>`` (INFO when
+        applied, DEBUG otherwise), quiet unless the application or ``ACCELKW_LOG_LEVEL`` says.
+        """
         self.log.append(LogEntry(handler, message, applied))
+        logger = logging.getLogger(f"accelkw.{handler}")
+        level = logging.INFO if applied else logging.DEBUG
+        if logger.isEnabledFor(level):
+            logger.log(level, "rank %d: %s", self.rank, message)
+
+    def timed(self, handler: str, what: str, started: float) -> float:
+        """Record in :attr:`timings` that ``handler``'s ``what`` (``"apply"``, ``"teardown"``)
+        took since ``started`` (a ``time.perf_counter()``); returns the milliseconds."""
+        ms = (time.perf_counter() - started) * 1000
+        times = self.timings.setdefault(handler, {})
+        # A handler may stack several teardowns: their times add up.
+        times[f"{what}_ms"] = times.get(f"{what}_ms", 0.0) + ms
+        logging.getLogger(f"accelkw.{handler}").debug(
+            "rank %d: %s took %.2f ms", self.rank, what, ms
+        )
+        return ms
 
     def messages(self, handler: str) -> list[str]:
         """The log lines recorded by ``handler``."""
@@ -225,8 +248,10 @@ class AcceleratorState:
         failures: list[tuple[str, BaseException]] = []
         while self._teardowns:
             name, fn = self._teardowns.pop()
+            started = time.perf_counter()
             try:
                 fn()
+                self.timed(name, "teardown", started)
             except Exception as exc:
                 failures.append((name, exc))
                 self.record(name, f"teardown failed: {type(exc).__name__}: {exc}", applied=False)
@@ -248,7 +273,7 @@ class AcceleratorState:
         other = AcceleratorState.__new__(AcceleratorState)
         other.__dict__.update(self.__dict__)
         other.handlers, other.distributions, other.capabilities, other.extras = {}, {}, {}, {}
-        other._points, other.log, other._teardowns = {}, [], []
+        other._points, other.log, other._teardowns, other.timings = {}, [], [], {}
         return other
 
     def summary(self) -> list[str]:

@@ -134,6 +134,7 @@ def _loop(
             {"handler": e.handler, "message": e.message, "applied": e.applied}
             for e in acc.state.log
         ],
+        "timings": acc.state.timings,
         "steps": step,
         "global_batch": global_batch,
         "losses": losses,
