@@ -69,7 +69,14 @@ BUILTINS: tuple[Builtin, ...] = (
         "process-group",
     ),
     Builtin("fsdp", "FullyShardedDataParallelPlugin", "accelkw_fsdp", "accelkw-fsdp", "fsdp"),
-    Builtin("compile", "TorchDynamoPlugin", "accelkw_compile", "accelkw-compile", "compile"),
+    Builtin(
+        "compile",
+        "TorchDynamoPlugin",
+        "accelkw_compile",
+        "accelkw-compile",
+        "compile",
+        ("DynamoBackend",),
+    ),
 )
 
 # Reference class name -> (module that defines it, distribution that ships the module).
