@@ -1,7 +1,7 @@
 """EmaKwargs with real torch: the same averages as an EMA updated by hand, for evaluation and saved.
 
 The fp16 case composes the built-ins accelkw-grad-scaler and accelkw-autocast (test dependencies
-of this example): a step the scaler skips must not move the average.
+of this example; accelkw-grad-accum for accumulation): a step the scaler skips must not move the average.
 """
 
 from __future__ import annotations
@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Any, ClassVar
 
 import accelkw_autocast.plugin
+import accelkw_grad_accum.plugin
 import accelkw_grad_scaler.plugin
 import pytest
 import torch
@@ -38,10 +39,16 @@ def _no_config(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[None
     yield
 
 
-def accelerator(*handlers: Any, mixed_precision: str = "no") -> Accelerator:
-    registry = isolated_registry([plugin, accelkw_grad_scaler.plugin, accelkw_autocast.plugin])
+def accelerator(*handlers: Any, mixed_precision: str = "no", **keywords: Any) -> Accelerator:
+    registry = isolated_registry(
+        [plugin, accelkw_grad_scaler.plugin, accelkw_autocast.plugin, accelkw_grad_accum.plugin]
+    )
     return Accelerator(
-        mixed_precision=mixed_precision, cpu=True, kwargs_handlers=list(handlers), registry=registry
+        mixed_precision=mixed_precision,
+        cpu=True,
+        kwargs_handlers=list(handlers),
+        registry=registry,
+        **keywords,
     )
 
 
@@ -209,6 +216,31 @@ def test_a_step_the_scaler_skips_does_not_move_or_count() -> None:
     ref, average, ref_skipped = by_hand(data, 0.5, update_every=2, fp16=True)
     assert skipped == ref_skipped == [False, False, True, False, False]
     assert_same([p.detach() for p in model.parameters()], [p.detach() for p in ref.parameters()])
+    assert_same(got, average)
+
+
+def test_micro_steps_of_gradient_accumulation_do_not_average() -> None:
+    data = batches(6)
+    with accelerator(EmaKwargs(decay=0.5), gradient_accumulation_steps=3) as acc:
+        model, opt = prepared(acc)
+        for x, y in data:
+            with acc.accumulate(model):
+                acc.backward(torch.nn.functional.mse_loss(model(x), y))
+                opt.step()
+                opt.zero_grad()
+        assert acc.ema.state_dict()["models"][0]["steps"] == 2
+        got = list(acc.ema.averages().values())
+    ref = new_model()
+    ref_opt = torch.optim.SGD(ref.parameters(), lr=0.1, momentum=0.9)
+    average = [p.detach().clone() for p in ref.parameters()]
+    for i, (x, y) in enumerate(data):
+        (torch.nn.functional.mse_loss(ref(x), y) / 3).backward()
+        if i % 3 == 2:
+            ref_opt.step()
+            ref_opt.zero_grad()
+            with torch.no_grad():
+                for a, p in zip(average, ref.parameters(), strict=True):
+                    a.lerp_(p, 0.5)
     assert_same(got, average)
 
 

@@ -1,7 +1,7 @@
 """GradClipKwargs with real torch: the same numbers as a hand-written clipping loop.
 
 The fp16 cases compose the built-ins accelkw-grad-scaler and accelkw-autocast (test dependencies
-of this example): clipping must happen after the scaler unscales, and not on a step it skips.
+of this example; accelkw-grad-accum for accumulation): clipping must happen after the scaler unscales, and not on a step it skips.
 """
 
 from __future__ import annotations
@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Any, ClassVar
 
 import accelkw_autocast.plugin
+import accelkw_grad_accum.plugin
 import accelkw_grad_scaler.plugin
 import pytest
 import torch
@@ -38,10 +39,16 @@ def _no_config(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[None
     yield
 
 
-def accelerator(*handlers: Any, mixed_precision: str = "no") -> Accelerator:
-    registry = isolated_registry([plugin, accelkw_grad_scaler.plugin, accelkw_autocast.plugin])
+def accelerator(*handlers: Any, mixed_precision: str = "no", **keywords: Any) -> Accelerator:
+    registry = isolated_registry(
+        [plugin, accelkw_grad_scaler.plugin, accelkw_autocast.plugin, accelkw_grad_accum.plugin]
+    )
     return Accelerator(
-        mixed_precision=mixed_precision, cpu=True, kwargs_handlers=list(handlers), registry=registry
+        mixed_precision=mixed_precision,
+        cpu=True,
+        kwargs_handlers=list(handlers),
+        registry=registry,
+        **keywords,
     )
 
 
@@ -305,6 +312,31 @@ def test_a_closure_is_clipped_after_it_computes_the_gradients() -> None:
         return model, opt
 
     assert_same(got, run(by_hand))
+
+
+def test_micro_steps_of_gradient_accumulation_are_not_clipped() -> None:
+    data = batches(6)
+    with accelerator(GradClipKwargs(max_norm=0.3), gradient_accumulation_steps=3) as acc:
+        model = new_model()
+        opt = torch.optim.SGD(model.parameters(), lr=0.1, momentum=0.9)
+        model, opt = acc.prepare(model, opt)
+        for x, y in data:
+            with acc.accumulate(model):
+                acc.backward(torch.nn.functional.mse_loss(model(x), y))
+                opt.step()
+                opt.zero_grad()
+        assert acc.grad_clip.clipped_steps == 2  # the optimizer stepped twice, not six times
+        norm = acc.grad_clip.last_norm
+    ref = new_model()
+    ref_opt = torch.optim.SGD(ref.parameters(), lr=0.1, momentum=0.9)
+    for i, (x, y) in enumerate(data):
+        (torch.nn.functional.mse_loss(ref(x), y) / 3).backward()
+        if i % 3 == 2:
+            ref_norm = torch.nn.utils.clip_grad_norm_(ref.parameters(), 0.3)
+            ref_opt.step()
+            ref_opt.zero_grad()
+    assert_same(weights(model), weights(ref))
+    assert torch.equal(norm, ref_norm) and float(norm) > 0.3
 
 
 def test_each_optimizer_clips_its_own_parameters() -> None:
