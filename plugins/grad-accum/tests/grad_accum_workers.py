@@ -106,7 +106,9 @@ def ddp_accumulation_worker(rank: int, num_steps: int, sync_each_batch: bool) ->
                 optimizer.step()
                 optimizer.zero_grad()
         return {
-            "params": params(acc.unwrap_model(model)),
+            # Plain lists: a tensor sent to the parent is shared through a file descriptor that
+            # dies with this process.
+            "params": [p.tolist() for p in params(acc.unwrap_model(model))],
             "syncs": syncs,
             "all_reduces": all_reduces,
             "distributed": acc.state.distributed,

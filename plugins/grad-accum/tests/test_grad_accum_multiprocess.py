@@ -26,7 +26,7 @@ def test_two_processes_accumulate_to_the_large_batch_run(sync_each_batch: bool) 
         assert result["distributed"]
         assert result["syncs"] == [False, False, False, True] * 2
         for got, want in zip(result["params"], reference, strict=True):
-            torch.testing.assert_close(got, want, atol=1e-6, rtol=0)
+            torch.testing.assert_close(torch.tensor(got), want, atol=1e-6, rtol=0)
     # One bucket for this small model: one all-reduce per backward that syncs. The micro-steps
     # that do not step run in DDP's no_sync, unless sync_each_batch asks for every one.
     expected = MICRO_STEPS if sync_each_batch else MICRO_STEPS // NUM_STEPS
