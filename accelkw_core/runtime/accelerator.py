@@ -235,7 +235,10 @@ class Accelerator(AccumulationAPI, AccelerateSurface):
         them for this block: its plan on this run's facts gives the contexts to enter.
         """
         if autocast_handler is None:
-            return forward_contexts(self.state.values("forward_context"))
+            factories = self._values("forward_context")
+            if len(factories) == 1:  # the common case, kept to one call on a hot path
+                return factories[0]()  # type: ignore[no-any-return]
+            return forward_contexts(factories)
         return forward_contexts(self._override(autocast_handler, "forward_context", "autocast"))
 
     def _override(self, handler: Any, point: str, what: str) -> list[Any]:
@@ -258,11 +261,23 @@ class Accelerator(AccumulationAPI, AccelerateSurface):
         steps = self.gradient_state.num_steps
         if steps != 1:
             loss = loss / steps
-        contributed = self.state.values("backward")
+        contributed = self._values("backward")
         if contributed:
             contributed[0](loss, **kwargs)
         else:
             loss.backward(**kwargs)
+
+    def _values(self, point: str) -> tuple[Any, ...]:
+        # The hot paths (backward, autocast) read points once per state version, not per call.
+        state = self.state
+        cache: tuple[int, dict[str, tuple[Any, ...]]] | None = self.__dict__.get("_point_cache")
+        if cache is None or cache[0] != state.version:
+            cache = (state.version, {})
+            self.__dict__["_point_cache"] = cache
+        values = cache[1].get(point)
+        if values is None:
+            values = cache[1][point] = tuple(state.values(point))
+        return values
 
     @property
     def scaler(self) -> Any:

@@ -107,6 +107,8 @@ class AcceleratorState:
         self.capabilities: dict[str, str] = {}
         self.extras: dict[str, Any] = {}
         self._points: dict[str, list[Contribution]] = {}
+        #: Grows with every contribution, so a reader may cache what it read (the hot paths).
+        self.version = 0
         self.log: list[LogEntry] = []
         self.timings: dict[str, dict[str, float]] = {}
         self._teardowns: list[tuple[str, Teardown]] = []
@@ -213,6 +215,7 @@ class AcceleratorState:
                         key if spec.cardinality == KEYED else None,
                     )
         entries.append(Contribution(handler, value, key))
+        self.version += 1
 
     def contributions(self, point: str) -> list[Contribution]:
         """The contributions to ``point``, in the order they were made."""
@@ -260,6 +263,7 @@ class AcceleratorState:
     def reset_points(self) -> None:
         """Drop every contribution (used after a failed composition, once teardowns ran)."""
         self._points = {}
+        self.version += 1
         self.capabilities = {}
         self.extras = {}
         self.handlers = {}

@@ -82,7 +82,12 @@ def _dist_initialized() -> bool:
 
 
 def _facts(state: AcceleratorState) -> dict[str, Any]:
-    return {k: v for k, v in vars(state).items() if isinstance(v, str | int | bool | float | None)}
+    # ``version`` counts contributions: it is bookkeeping that apply() moves, not a fact.
+    return {
+        k: v
+        for k, v in vars(state).items()
+        if isinstance(v, str | int | bool | float | None) and k != "version"
+    }
 
 
 def _snapshot(state: AcceleratorState) -> dict[str, Any]:

@@ -86,7 +86,12 @@ class AutocastKwargs(KwargsHandler):
         import torch
 
         _check_supported(torch, kwargs, state.mixed_precision)
-        return functools.partial(torch.autocast, **kwargs)
+        # Bound without the arguments torch defaults to anyway: every keyword costs on each
+        # enter, and this context is entered around every forward.
+        device_type = kwargs.pop("device_type")
+        if kwargs.get("enabled") is True:
+            del kwargs["enabled"]
+        return functools.partial(torch.autocast, device_type, **kwargs)
 
     def context(self, state: AcceleratorState) -> AbstractContextManager[Any]:
         """A context manager that autocasts as this handler says on ``state``."""
@@ -119,9 +124,7 @@ class AutocastKwargs(KwargsHandler):
         )
         if not self.enabled:
             text += "; autocasting explicitly turned off inside it"
-        plan.contribute(
-            "forward_context", self.factory(state), text, provides=("mixed_precision",)
-        )
+        plan.contribute("forward_context", self.factory(state), text, provides=("mixed_precision",))
         plan.contribute(
             "forward_output",
             outputs_to_fp32,

@@ -161,12 +161,11 @@ def test_the_factory_does_no_per_call_work_beyond_torch_autocast() -> None:
     (factory,) = state.values("forward_context")
     assert isinstance(factory, functools.partial)
     assert factory.func is torch.autocast
-    assert factory.keywords == {
-        "device_type": "cpu",
-        "dtype": torch.bfloat16,
-        "enabled": True,
-        "cache_enabled": False,
-    }
+    # Bound once; arguments torch defaults to (enabled=True) are left out, each costs per call.
+    assert factory.args == ("cpu",)
+    assert factory.keywords == {"dtype": torch.bfloat16, "cache_enabled": False}
+    off = apply_handler(AutocastKwargs(enabled=False), make_state(mixed_precision="bf16"))
+    assert off.values("forward_context")[0].keywords == {"dtype": torch.bfloat16, "enabled": False}
 
 
 def test_fields_defaults_and_order_match_the_reference() -> None:
