@@ -173,3 +173,50 @@ def _by_hand(data: list[tuple[Any, Any]], x_eval: Any, examples: Sequence[str]) 
                 evaluated = torch.func.functional_call(module, params, (x_eval,))
         result["eval"] = _flat([evaluated])
     return result
+
+
+def ema_under_fsdp_worker(rank: int, steps: int) -> dict[str, Any]:
+    """EMA composed with FSDP2: it must track the sharded parameters, not the ones before."""
+    import accelkw_ema.plugin
+    import accelkw_fsdp.plugin
+    import accelkw_process_group.plugin
+    import torch
+    from accelkw_ema import EmaKwargs
+    from accelkw_fsdp import FullyShardedDataParallelPlugin
+    from torch.distributed.tensor import DTensor
+
+    from accelkw_core import Accelerator
+    from accelkw_core.testing import isolated_registry
+
+    torch.set_num_threads(1)
+    for key in [k for k in os.environ if k.startswith("ACCELKW_")]:
+        del os.environ[key]
+    registry = isolated_registry(
+        [accelkw_process_group.plugin, accelkw_fsdp.plugin, accelkw_ema.plugin]
+    )
+    model = _model()
+    opt = torch.optim.SGD(model.parameters(), lr=LR)
+    with Accelerator(
+        cpu=True,
+        registry=registry,
+        fsdp_plugin=FullyShardedDataParallelPlugin(fsdp_version=2),
+        kwargs_handlers=[EmaKwargs(decay=DECAY)],
+    ) as acc:
+        model, opt = acc.prepare(model, opt)
+        average = acc.ema.averages()
+        # By hand: the full weights after each step, averaged as full tensors.
+        expected = {n: p.full_tensor().clone() for n, p in model.named_parameters()}
+        for x, y in _data(rank, steps, inf_step=-1):
+            acc.backward(torch.nn.functional.mse_loss(model(x), y))
+            opt.step()
+            opt.zero_grad()
+            with torch.no_grad():
+                for n, p in model.named_parameters():
+                    expected[n].lerp_(p.full_tensor(), 1 - DECAY)
+        return {
+            "order": list(acc.state.handlers),
+            "sharded": all(isinstance(a, DTensor) for a in average.values()),
+            "steps": acc.ema.state_dict()["models"][0]["steps"],
+            "average": _flat(a.full_tensor() for a in average.values()),
+            "expected": _flat(expected.values()),
+        }

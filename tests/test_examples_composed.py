@@ -13,7 +13,7 @@ import accelkw_grad_clip
 import pytest
 
 from accelkw_core.testing import run_workers
-from tests.example_workers import MAX_NORM, composed_examples_worker
+from tests.example_workers import MAX_NORM, composed_examples_worker, ema_under_fsdp_worker
 
 STEPS, INF_STEP = 6, 2
 
@@ -79,3 +79,10 @@ def test_both_examples_together() -> None:
             ref["average"],
             ref["eval"],
         )
+
+
+def test_ema_follows_the_sharded_parameters_under_fsdp() -> None:
+    for r in run_workers(ema_under_fsdp_worker, 2, args=(3,), timeout=180):
+        assert r["order"] == ["process_group", "fsdp", "ema"]  # ema after fsdp: sharded weights
+        assert r["sharded"] and r["steps"] == 3
+        assert r["average"] == r["expected"]

@@ -39,9 +39,10 @@ class EmaKwargs(KwargsHandler):
     """
 
     name: ClassVar[str] = "ema"
-    # The average starts from the weights a prepared model has once every wrapper is applied:
-    # after DDP broadcast rank 0's, so every rank starts from the same ones.
-    after: ClassVar[tuple[str, ...]] = ("ddp",)
+    # The average starts from the parameters a prepared model has once wrapped: after DDP
+    # broadcast rank 0's (every rank starts from the same ones), after FSDP sharded them (the
+    # sharded parameters replace the module's, and the optimizer trains those).
+    after: ClassVar[tuple[str, ...]] = ("ddp", "fsdp")
     opt_in: ClassVar[bool] = True
 
     decay: float = handler_field(

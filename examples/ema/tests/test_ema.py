@@ -132,7 +132,7 @@ def test_fields_defaults_and_ordering() -> None:
         ("update_after_step", 0),
         ("update_every", 1),
     ]
-    assert (EmaKwargs.name, EmaKwargs.after, EmaKwargs.opt_in) == ("ema", ("ddp",), True)
+    assert (EmaKwargs.name, EmaKwargs.after, EmaKwargs.opt_in) == ("ema", ("ddp", "fsdp"), True)
 
 
 @pytest.mark.parametrize(
