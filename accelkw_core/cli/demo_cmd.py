@@ -44,6 +44,12 @@ def add_parser(sub: Any) -> None:
     )
     demo.add_argument("--gpu", action="store_true", help="train on CUDA when available")
     demo.add_argument(
+        "--fsdp",
+        action="store_true",
+        help="shard the model: Accelerator(fsdp_plugin=...) of the installed handler that "
+        "claims it (accelkw-fsdp); its [handlers] table and environment still apply",
+    )
+    demo.add_argument(
         "--json",
         action="store_true",
         help="print only the summary, as JSON, on stdout (progress goes to stderr)",
@@ -86,7 +92,10 @@ def cmd_demo(args: argparse.Namespace) -> int:
         bad = ("nproc_per_node", args.nproc_per_node) if args.nproc_per_node < 1 else None
         field, value = bad or ("steps", args.steps)
         raise ConfigError("demo", field, value, "an integer >= 1")
-    settings = resolve_settings(config=args.config)  # a bad config fails here, not per worker
+    from accelkw_core.tools.demo import sharding_keywords
+
+    # A bad config, or --fsdp with nothing that shards, fails here, not per worker.
+    settings = resolve_settings(list(sharding_keywords(args.fsdp).values()), config=args.config)
     env = dict(os.environ)
     # The demo trains on one thread per process; saying so also spares torchrun's banner.
     env.setdefault("OMP_NUM_THREADS", "1")
@@ -105,6 +114,7 @@ def cmd_demo(args: argparse.Namespace) -> int:
     script = ["--steps", str(args.steps), "--summary-file", summary_file]
     script += ["--mixed-precision", mixed] if mixed else []
     script += ["--gpu"] if args.gpu else []
+    script += ["--fsdp"] if args.fsdp else []
     launch = argparse.Namespace(nproc_per_node=str(args.nproc_per_node), config=args.config)
     for key in PASSTHROUGH:
         setattr(launch, key, None)
@@ -177,7 +187,9 @@ def format_summary(summary: dict[str, Any]) -> str:
         lines.append(f"  skipped steps:   {summary['skipped_steps']} (gradient scaler: inf/NaN)")
     lines.append(f"  throughput:      {summary['samples_per_s']:,.0f} samples/s")
     spread = summary.get("param_spread")
-    if spread is None:
+    if summary.get("sharded"):
+        sync = f"sharded across {summary['world_size']} processes (each rank holds DTensor shards)"
+    elif spread is None:
         sync = "not checked (no process group)"
     else:
         sync = "identical on every rank" if spread == 0 else f"differ by up to {spread:.3g}"

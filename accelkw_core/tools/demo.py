@@ -30,7 +30,30 @@ def _parse(argv: Sequence[str] | None) -> argparse.Namespace:
     p.add_argument("--profile-steps", type=int, default=5, help="steps run under profile()")
     p.add_argument("--log-every", type=int, default=10)
     p.add_argument("--summary-file", help="rank 0 writes the JSON summary here")
+    p.add_argument(
+        "--fsdp", action="store_true", help="pass fsdp_plugin= (the handler that claims it)"
+    )
     return p.parse_args(argv)
+
+
+def sharding_keywords(sharded: bool) -> dict[str, Any]:
+    """``{"fsdp_plugin": <instance>}`` of the installed handler that claims Accelerate's keyword.
+
+    Raises :class:`~accelkw_core.errors.ConfigError` with the pip line when none is installed.
+    """
+    if not sharded:
+        return {}
+    from accelkw_core.discovery.catalog import ACCELERATE_KEYWORDS, install_hint
+    from accelkw_core.discovery.registry import get_registry
+    from accelkw_core.errors import ConfigError
+
+    keyword = "fsdp_plugin"
+    for info in get_registry().handlers().values():
+        if keyword in info.cls.accelerator_keywords:
+            return {keyword: info.cls()}
+    raise ConfigError(
+        "demo", "--fsdp", True, install_hint(ACCELERATE_KEYWORDS[keyword][0]) + " to shard"
+    )
 
 
 def _data(torch: Any) -> Any:
@@ -51,7 +74,9 @@ def train(args: argparse.Namespace) -> dict[str, Any]:
 
     torch.set_num_threads(1)  # one core per process: N processes on N cores do not fight
     torch.manual_seed(0)
-    accelerator = Accelerator(mixed_precision=args.mixed_precision, cpu=not args.gpu)
+    accelerator = Accelerator(
+        mixed_precision=args.mixed_precision, cpu=not args.gpu, **sharding_keywords(args.fsdp)
+    )
     with accelerator:
         model = torch.nn.Sequential(
             torch.nn.Linear(FEATURES, HIDDEN),
@@ -117,10 +142,14 @@ def _loop(
     elapsed = time.perf_counter() - start
     base_step, base_time = steady if steady and steady[0] < step else (0, start)
     throughput = (step - base_step) * global_batch / max(time.perf_counter() - base_time, 1e-9)
-    params = acc.unwrap_model(model).parameters()
-    flat = torch.cat([p.detach().reshape(-1).float() for p in params])
+    from torch.distributed.tensor import DTensor
+
+    params = list(acc.unwrap_model(model).parameters())
+    # Sharded parameters (DTensors) differ per rank by design: there is nothing to compare.
+    sharded = any(isinstance(p, DTensor) for p in params)
     spread = None
-    if grouped:
+    if grouped and not sharded:
+        flat = torch.cat([p.detach().reshape(-1).float() for p in params])
         everyone = acc.gather(flat.unsqueeze(0))
         spread = float((everyone - everyone[0]).abs().max())
     return {
@@ -143,6 +172,7 @@ def _loop(
         "samples_per_s": throughput,
         "seconds": elapsed,
         "param_spread": spread,
+        "sharded": sharded,
         "skipped_steps": skipped,
         "profiled_steps": args.profile_steps if profile else 0,
     }
