@@ -1,5 +1,9 @@
 """accelkw: Accelerate-style kwargs handlers as independently installable plugins.
 
+This is the users' tier: the ``Accelerator``, the handler base class, the state, the registry
+(to register plugins in code) and the errors. Plugin authors import from
+:mod:`accelkw_core.plugin`, tests from :mod:`accelkw_core.testing`.
+
 Names are re-exported lazily (PEP 562): ``accelkw plugins list`` must start in a few
 milliseconds, so importing the package does not import every submodule up front.
 """
@@ -7,19 +11,13 @@ milliseconds, so importing the package does not import every submodule up front.
 from __future__ import annotations
 
 import importlib
+import warnings
 from typing import TYPE_CHECKING, Any
 
 from accelkw_core._version import __version__
 
 if TYPE_CHECKING:
-    from accelkw_core.discovery.hookspecs import hookimpl, hookspec
-    from accelkw_core.discovery.registry import (
-        HandlerInfo,
-        PluginRecord,
-        Registry,
-        get_registry,
-        set_registry,
-    )
+    from accelkw_core.discovery.registry import Registry, get_registry, set_registry
     from accelkw_core.errors import (
         AccelkwError,
         ComposeError,
@@ -27,35 +25,41 @@ if TYPE_CHECKING:
         ConfigFileError,
         HandlerApplyError,
         PluginError,
+        PointConflictError,
         UnknownHandlerError,
     )
-    from accelkw_core.handlers.base import KwargsHandler, handler_field
+    from accelkw_core.handlers.base import KwargsHandler
     from accelkw_core.runtime.accelerator import Accelerator
-    from accelkw_core.runtime.composition import compose, order_handlers, resolve_handlers
-    from accelkw_core.runtime.state import AcceleratorState, LogEntry
+    from accelkw_core.runtime.state import AcceleratorState
 
 _EXPORTS = {
     "Accelerator": "accelkw_core.runtime.accelerator",
-    "compose": "accelkw_core.runtime.composition",
-    "order_handlers": "accelkw_core.runtime.composition",
-    "resolve_handlers": "accelkw_core.runtime.composition",
+    "AcceleratorState": "accelkw_core.runtime.state",
+    "KwargsHandler": "accelkw_core.handlers.base",
+    "Registry": "accelkw_core.discovery.registry",
+    "get_registry": "accelkw_core.discovery.registry",
+    "set_registry": "accelkw_core.discovery.registry",
     "AccelkwError": "accelkw_core.errors",
     "ComposeError": "accelkw_core.errors",
     "ConfigError": "accelkw_core.errors",
     "ConfigFileError": "accelkw_core.errors",
     "HandlerApplyError": "accelkw_core.errors",
     "PluginError": "accelkw_core.errors",
+    "PointConflictError": "accelkw_core.errors",
     "UnknownHandlerError": "accelkw_core.errors",
-    "KwargsHandler": "accelkw_core.handlers.base",
-    "handler_field": "accelkw_core.handlers.base",
-    "hookimpl": "accelkw_core.discovery.hookspecs",
+}
+
+# Names 0.1 exported here that belong to another tier: they keep working through 0.2 with a
+# DeprecationWarning that names where they live now (docs/versioning.md), and go in 0.3.
+_MOVED = {
+    "hookimpl": "accelkw_core.plugin",
+    "handler_field": "accelkw_core.plugin",
     "hookspec": "accelkw_core.discovery.hookspecs",
+    "compose": "accelkw_core.runtime.composition",
+    "order_handlers": "accelkw_core.runtime.composition",
+    "resolve_handlers": "accelkw_core.runtime.composition",
     "HandlerInfo": "accelkw_core.discovery.registry",
     "PluginRecord": "accelkw_core.discovery.registry",
-    "Registry": "accelkw_core.discovery.registry",
-    "get_registry": "accelkw_core.discovery.registry",
-    "set_registry": "accelkw_core.discovery.registry",
-    "AcceleratorState": "accelkw_core.runtime.state",
     "LogEntry": "accelkw_core.runtime.state",
 }
 
@@ -67,21 +71,13 @@ __all__ = [
     "ConfigError",
     "ConfigFileError",
     "HandlerApplyError",
-    "HandlerInfo",
     "KwargsHandler",
-    "LogEntry",
     "PluginError",
-    "PluginRecord",
+    "PointConflictError",
     "Registry",
     "UnknownHandlerError",
     "__version__",
-    "compose",
     "get_registry",
-    "handler_field",
-    "hookimpl",
-    "hookspec",
-    "order_handlers",
-    "resolve_handlers",
     "set_registry",
 ]
 
@@ -89,7 +85,16 @@ __all__ = [
 def __getattr__(name: str) -> Any:
     module = _EXPORTS.get(name)
     if module is None:
-        raise AttributeError(f"module 'accelkw_core' has no attribute {name!r}")
+        moved = _MOVED.get(name)
+        if moved is None:
+            raise AttributeError(f"module 'accelkw_core' has no attribute {name!r}")
+        warnings.warn(
+            f"accelkw_core.{name} is deprecated since 0.2 and goes in 0.3; "
+            f"import it from {moved} instead",
+            DeprecationWarning,
+            stacklevel=2,
+        )
+        return getattr(importlib.import_module(moved), name)
     value = getattr(importlib.import_module(module), name)
     globals()[name] = value
     return value

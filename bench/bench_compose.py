@@ -27,8 +27,8 @@ from typing import Any
 
 from _timing import verdict
 
-from accelkw_core import KwargsHandler, handler_field, hookimpl
 from accelkw_core.discovery.registry import Registry
+from accelkw_core.plugin import KwargsHandler, handler_field, hookimpl
 from accelkw_core.runtime.composition import compose
 from accelkw_core.testing import isolated_registry, make_state
 

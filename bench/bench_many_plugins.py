@@ -39,7 +39,7 @@ TARGET_500_S = 0.5
 MODULE = """\
 from dataclasses import dataclass
 
-from accelkw_core import KwargsHandler, handler_field, hookimpl
+from accelkw_core.plugin import KwargsHandler, handler_field, hookimpl
 
 
 @dataclass

@@ -94,7 +94,7 @@ def run_python(code: str, site: Path | None = None, env: Mapping[str, str] | Non
 
 GOOD_PLUGIN = """
     from dataclasses import dataclass
-    from accelkw_core import KwargsHandler, hookimpl, handler_field
+    from accelkw_core.plugin import KwargsHandler, handler_field, hookimpl
 
     @dataclass
     class {cls}(KwargsHandler):

@@ -26,7 +26,7 @@ def test_a_plugin_calling_sys_exit_at_import_shows_why(site: Path) -> None:
 
 DOCUMENTED = '''
     from dataclasses import dataclass
-    from accelkw_core import KwargsHandler, hookimpl, handler_field
+    from accelkw_core.plugin import KwargsHandler, handler_field, hookimpl
 
     @dataclass
     class GizmoKwargs(KwargsHandler):

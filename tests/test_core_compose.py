@@ -8,16 +8,9 @@ from typing import Any
 
 import pytest
 
-from accelkw_core import (
-    AcceleratorState,
-    ComposeError,
-    HandlerApplyError,
-    KwargsHandler,
-    compose,
-    hookimpl,
-    order_handlers,
-    resolve_handlers,
-)
+from accelkw_core import AcceleratorState, ComposeError, HandlerApplyError, KwargsHandler
+from accelkw_core.plugin import hookimpl
+from accelkw_core.runtime.composition import compose, order_handlers, resolve_handlers
 
 
 def handler(name: str, after: tuple[str, ...] = (), fail: bool = False) -> type[KwargsHandler]:

@@ -16,7 +16,32 @@ def test_every_export_is_the_object_even_after_importing_every_submodule() -> No
     for name in accelkw_core.__all__:
         value = getattr(accelkw_core, name)
         assert not isinstance(value, types.ModuleType), name
-    assert callable(accelkw_core.compose)
+
+
+def test_names_moved_to_another_tier_still_work_with_a_deprecation_warning() -> None:
+    import pytest
+
+    from accelkw_core.plugin import hookimpl
+    from accelkw_core.runtime.composition import compose
+
+    with pytest.warns(
+        DeprecationWarning,
+        match=r"accelkw_core.hookimpl is deprecated since 0.2.*accelkw_core.plugin",
+    ):
+        assert accelkw_core.hookimpl is hookimpl
+    with pytest.warns(DeprecationWarning, match="accelkw_core.runtime.composition"):
+        assert accelkw_core.compose is compose
+    assert "hookimpl" not in accelkw_core.__all__
+
+
+def test_the_plugin_tier_exports_what_plugins_need() -> None:
+    import accelkw_core.plugin as tier
+
+    for name in tier.__all__:
+        assert getattr(tier, name) is not None
+    assert {"KwargsHandler", "Plan", "hookimpl", "handler_field", "ConfigError", "suggest"} <= set(
+        tier.__all__
+    )
 
 
 def test_all_lists_exactly_the_exports() -> None:

@@ -11,8 +11,8 @@ from typing import Any, Literal
 
 import pytest
 
-from accelkw_core import ConfigError, KwargsHandler, handler_field
 from accelkw_core.handlers.validation import build_handler, parse_duration
+from accelkw_core.plugin import ConfigError, KwargsHandler, handler_field
 
 
 class Mode(str, enum.Enum):

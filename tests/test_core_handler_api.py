@@ -8,7 +8,7 @@ from typing import Literal
 import numpy as np
 import pytest
 
-from accelkw_core import ConfigError, KwargsHandler, handler_field
+from accelkw_core.plugin import ConfigError, KwargsHandler, handler_field
 
 
 @dataclass

@@ -17,7 +17,8 @@ def listing(site: Path, env: dict[str, str] | None = None) -> dict[str, dict]:
 
 
 COMPOSE_CHECK = """
-    from accelkw_core import AcceleratorState, compose
+    from accelkw_core import AcceleratorState
+    from accelkw_core.runtime.composition import compose
     state = AcceleratorState(cpu=True)
     applied = compose(state, [])
     print(",".join(type(h).name for h in applied))
@@ -72,7 +73,7 @@ BROKEN = {
     "wrong_hook_signature": (
         {
             "bad_mod.py": """
-            from accelkw_core import hookimpl
+            from accelkw_core.plugin import hookimpl
             @hookimpl
             def accelkw_register_handlers(register, surprise):
                 pass
@@ -85,7 +86,7 @@ BROKEN = {
     "unknown_hook": (
         {
             "bad_mod.py": """
-            from accelkw_core import hookimpl
+            from accelkw_core.plugin import hookimpl
             @hookimpl
             def accelkw_no_such_hook():
                 pass
@@ -98,7 +99,7 @@ BROKEN = {
     "hook_raises": (
         {
             "bad_mod.py": """
-            from accelkw_core import hookimpl
+            from accelkw_core.plugin import hookimpl
             @hookimpl
             def accelkw_register_handlers(register):
                 raise ValueError("cannot register today")
@@ -111,7 +112,7 @@ BROKEN = {
     "not_a_dataclass": (
         {
             "bad_mod.py": """
-            from accelkw_core import KwargsHandler, hookimpl
+            from accelkw_core.plugin import KwargsHandler, hookimpl
             class Plain(KwargsHandler):
                 name = "plain"
             @hookimpl
@@ -127,7 +128,7 @@ BROKEN = {
         {
             "bad_mod.py": """
             from dataclasses import dataclass
-            from accelkw_core import KwargsHandler, hookimpl
+            from accelkw_core.plugin import KwargsHandler, hookimpl
             @dataclass
             class NoDefault(KwargsHandler):
                 name = "nodefault"
@@ -145,7 +146,7 @@ BROKEN = {
         {
             "bad_mod.py": """
             from dataclasses import dataclass
-            from accelkw_core import KwargsHandler, hookimpl
+            from accelkw_core.plugin import KwargsHandler, hookimpl
             @dataclass
             class Nameless(KwargsHandler):
                 size: int = 1
@@ -161,7 +162,7 @@ BROKEN = {
     "not_a_handler": (
         {
             "bad_mod.py": """
-            from accelkw_core import hookimpl
+            from accelkw_core.plugin import hookimpl
             @hookimpl
             def accelkw_register_handlers(register):
                 register(dict)

@@ -35,9 +35,9 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from accelkw_core import ConfigError, KwargsHandler, hookimpl
 from accelkw_core.config.settings import resolve_settings
 from accelkw_core.handlers.validation import field_specs
+from accelkw_core.plugin import ConfigError, KwargsHandler, hookimpl
 from accelkw_core.testing import isolated_registry
 
 # Profiles are registered here, not in conftest.py, and applied per test (not loaded), so the

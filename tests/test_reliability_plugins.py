@@ -32,7 +32,7 @@ from tests.conftest import good_plugin, run_accelkw, run_python, write_dist
 STICKY = """
     import os
     from dataclasses import dataclass
-    from accelkw_core import KwargsHandler, hookimpl, handler_field
+    from accelkw_core.plugin import KwargsHandler, handler_field, hookimpl
 
     @dataclass
     class StickyKwargs(KwargsHandler):
@@ -51,7 +51,7 @@ STICKY = """
 
 HANDLER_HEAD = """
     from dataclasses import dataclass
-    from accelkw_core import KwargsHandler, hookimpl, handler_field
+    from accelkw_core.plugin import KwargsHandler, handler_field, hookimpl
 """
 
 
@@ -105,7 +105,7 @@ KINDS: dict[str, Kind] = {
     "invalid_hook_signature": Kind(
         {
             "bad_mod.py": """
-            from accelkw_core import hookimpl
+            from accelkw_core.plugin import hookimpl
             @hookimpl
             def accelkw_register_handlers(register, surprise):
                 pass
@@ -117,7 +117,7 @@ KINDS: dict[str, Kind] = {
     "hook_raises": Kind(
         {
             "bad_mod.py": """
-            from accelkw_core import hookimpl
+            from accelkw_core.plugin import hookimpl
             @hookimpl
             def accelkw_register_handlers(register):
                 raise ValueError("cannot register today")

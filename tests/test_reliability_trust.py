@@ -24,9 +24,9 @@ from typing import Any, ClassVar
 
 import pytest
 
-from accelkw_core import ConfigError, KwargsHandler, handler_field, hookimpl
 from accelkw_core.config.settings import resolve_settings
 from accelkw_core.handlers.validation import build_handler
+from accelkw_core.plugin import ConfigError, KwargsHandler, handler_field, hookimpl
 from accelkw_core.testing import isolated_registry
 from tests.conftest import REPO, good_plugin, run_accelkw, run_python, write_dist
 
@@ -34,7 +34,7 @@ from tests.conftest import REPO, good_plugin, run_accelkw, run_python, write_dis
 SPY = """
 import os, pathlib
 from dataclasses import dataclass
-from accelkw_core import KwargsHandler, hookimpl, handler_field
+from accelkw_core.plugin import KwargsHandler, handler_field, hookimpl
 
 pathlib.Path(os.environ["MARKER"]).write_text("imported")
 
@@ -128,7 +128,8 @@ def test_the_spy_is_seen_when_not_denied(spy_site: tuple[Path, dict[str, str]]) 
 AUTOLOAD_OFF = """
     import json, sys
     from dataclasses import dataclass
-    from accelkw_core import Accelerator, KwargsHandler, handler_field
+    from accelkw_core import Accelerator, KwargsHandler
+    from accelkw_core.plugin import handler_field
 
     @dataclass
     class InlineKwargs(KwargsHandler):
@@ -487,7 +488,7 @@ def test_a_nul_byte_in_the_trace_directory_is_a_config_error() -> None:
 STICKY_APPLY = """
     import os, pathlib
     from dataclasses import dataclass
-    from accelkw_core import KwargsHandler, hookimpl, handler_field
+    from accelkw_core.plugin import KwargsHandler, handler_field, hookimpl
 
     @dataclass
     class StickyKwargs(KwargsHandler):

@@ -232,7 +232,7 @@ def test_plugins_new_writes_its_template_from_the_installed_core(built: Built) -
 
 OLD_PLUGIN = """
     from dataclasses import dataclass
-    from accelkw_core import KwargsHandler, hookimpl
+    from accelkw_core.plugin import KwargsHandler, hookimpl
 
     @dataclass
     class OldKwargs(KwargsHandler):

@@ -14,7 +14,8 @@ import torch
 from accelkw_autocast import AutocastKwargs
 from accelkw_autocast.handler import outputs_to_fp32
 
-from accelkw_core import ConfigError, compose
+from accelkw_core import ConfigError
+from accelkw_core.runtime.composition import compose
 from accelkw_core.testing import (
     HandlerContract,
     apply_handler,

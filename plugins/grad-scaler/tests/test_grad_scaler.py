@@ -12,8 +12,9 @@ import pytest
 import torch
 from accelkw_grad_scaler import GradScalerKwargs
 
-from accelkw_core import ConfigError, compose
+from accelkw_core import ConfigError
 from accelkw_core.plugin import POINTS, AcceleratorState, StepContext
+from accelkw_core.runtime.composition import compose
 from accelkw_core.runtime.stepping import build_step
 from accelkw_core.testing import (
     HandlerContract,

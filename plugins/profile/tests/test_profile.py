@@ -13,8 +13,9 @@ import pytest
 import torch
 from accelkw_profile import NoOpProfiler, ProfileKwargs
 
-from accelkw_core import ConfigError, compose
+from accelkw_core import ConfigError
 from accelkw_core.plugin import AcceleratorState
+from accelkw_core.runtime.composition import compose
 from accelkw_core.testing import (
     HandlerContract,
     apply_handler,
