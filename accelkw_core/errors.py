@@ -15,6 +15,7 @@ __all__ = [
     "ConfigWarning",
     "HandlerApplyError",
     "IncompatiblePluginWarning",
+    "Mismatch",
     "MissingPluginWarning",
     "PluginError",
     "PluginLoadWarning",
@@ -22,6 +23,7 @@ __all__ = [
     "RequirementError",
     "ScaffoldError",
     "UnknownHandlerError",
+    "WorkerFailed",
     "suggest",
 ]
 
@@ -213,3 +215,19 @@ class PluginLoadWarning(UserWarning):
 
 class IncompatiblePluginWarning(PluginLoadWarning):
     """An installed plugin was left out of a run: its distribution excludes the installed core."""
+
+
+class Mismatch(Exception):
+    """Internal to validation: a value does not fit an annotation. ``expected`` says what would,
+    ``path`` locates it inside a container. Validation turns it into a :class:`ConfigError`."""
+
+    def __init__(self, expected: str, path: str = "", value: Any = None) -> None:
+        super().__init__(expected)
+        self.expected = expected
+        self.path = path
+        self.value = value
+
+
+class WorkerFailed(AssertionError):
+    """A worker of :func:`accelkw_core.testing.run_workers` raised, died or timed out; the
+    message holds its traceback. An ``AssertionError``, so a test reports it as a failure."""

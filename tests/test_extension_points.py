@@ -599,3 +599,18 @@ def test_check_values_may_ask_which_fields_were_set() -> None:
 
     assert Careful(level=3).explicit_fields() == {"level"}
     assert Careful().explicit_fields() == frozenset()
+
+
+def test_every_exception_class_of_the_core_lives_in_errors_py() -> None:
+    found = []
+    for path in sorted((REPO / "accelkw_core").rglob("*.py")):
+        if path.name == "errors.py" and path.parent.name == "accelkw_core":
+            continue
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.ClassDef):
+                bases = {getattr(b, "id", getattr(b, "attr", "")) for b in node.bases}
+                if bases & {"Exception", "AssertionError", "UserWarning", "ValueError"} or any(
+                    b.endswith(("Error", "Warning")) for b in bases
+                ):
+                    found.append(f"{path.relative_to(REPO)}: {node.name}")
+    assert found == []

@@ -18,22 +18,14 @@ from collections.abc import Callable, Mapping
 from datetime import timedelta
 from typing import Any
 
+from accelkw_core.errors import Mismatch
+
 __all__ = ["Mismatch", "coerce", "describe_type", "parse_duration"]
 
 _TRUE = {"true", "1", "yes", "on"}
 _FALSE = {"false", "0", "no", "off"}
 _DURATION = re.compile(r"(\d+(?:\.\d+)?)\s*(ms|s|m|h|d)", re.IGNORECASE)
 _UNIT_SECONDS = {"ms": 0.001, "s": 1.0, "m": 60.0, "h": 3600.0, "d": 86400.0}
-
-
-class Mismatch(Exception):
-    """A value does not fit an annotation: ``expected`` says what would; ``path`` locates it."""
-
-    def __init__(self, expected: str, path: str = "", value: Any = None) -> None:
-        super().__init__(expected)
-        self.expected = expected
-        self.path = path
-        self.value = value
 
 
 def describe_type(tp: Any) -> str:

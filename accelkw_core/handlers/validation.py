@@ -14,8 +14,8 @@ import typing
 from collections.abc import Mapping
 from typing import Any, TypeVar
 
-from accelkw_core.errors import ConfigError, suggest
-from accelkw_core.handlers.coercion import Mismatch, coerce, describe_type, parse_duration
+from accelkw_core.errors import ConfigError, Mismatch, suggest
+from accelkw_core.handlers.coercion import coerce, describe_type, parse_duration
 
 __all__ = ["build_handler", "check_instance", "describe_type", "field_specs", "parse_duration"]
 

@@ -17,6 +17,7 @@ from contextlib import contextmanager
 from typing import Any
 
 from accelkw_core.discovery.registry import Registry
+from accelkw_core.errors import WorkerFailed
 from accelkw_core.handlers.base import KwargsHandler
 from accelkw_core.runtime.composition import compose, handler_key
 from accelkw_core.runtime.state import AcceleratorState
@@ -32,10 +33,6 @@ __all__ = [
     "modules_loaded_by",
     "run_workers",
 ]
-
-
-class WorkerFailed(AssertionError):
-    """A worker of :func:`run_workers` raised, died or timed out; the message holds its traceback."""
 
 
 def free_port() -> int:
