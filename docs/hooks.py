@@ -20,6 +20,9 @@ Markers (HTML comments, so an unprocessed page shows nothing wrong):
 - ``<!-- handlers -->``: the table of the built-in handlers, with links to their pages.
 - ``<!-- cli -->``: every command and option of ``accelkw``, from its argparse parser.
 - ``<!-- hooks -->``: every hook specification, from its signature and docstring.
+- ``<!-- points -->``: every extension point of ``accelkw_core.runtime.points.POINTS``, with
+  the built-ins whose plans contribute to it (found by planning them, see ``refgen``).
+- ``<!-- capabilities -->``: every capability a built-in's plan provides, with the built-ins.
 
 Any problem (a plugin not installed, an undocumented hook or field, an unknown marker) stops
 the build with a message that says what to fix: a page is never built with a hole in it.
@@ -34,7 +37,7 @@ import refgen  # docs/refgen.py: MkDocs puts this folder on sys.path while loadi
 from mkdocs.exceptions import PluginError
 
 MARKER = re.compile(r"<!--\s*([a-z]+)\s*(?::\s*(.*?))?\s*-->", re.S)
-KINDS = {"fields", "handler", "docstring", "handlers", "cli", "hooks"}
+KINDS = {"fields", "handler", "docstring", "handlers", "cli", "hooks", "points", "capabilities"}
 DEFAULT_LANG = "en"
 RTL_LANGS = {"ar"}
 
@@ -93,6 +96,10 @@ def _expand(kind: str, arg: str, page: Any) -> str:
         return refgen.handlers_overview(lang, "" if in_folder else "handlers/")
     if kind == "cli":
         return refgen.cli_reference()
+    if kind == "points":
+        return refgen.points_table(lang)
+    if kind == "capabilities":
+        return refgen.capabilities_table(lang)
     return refgen.hook_reference()
 
 

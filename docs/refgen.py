@@ -1,13 +1,16 @@
-"""Reference text generated from the code: handler field tables, the CLI and the hook specs.
+"""Reference text generated from the code: handler tables, extension points, the CLI, the hooks.
 
 Used by ``docs/hooks.py`` at build time and by ``tests/test_docs.py``. It imports the core and
-the handler plugins (never torch), so a page can never disagree with the installed code. Every
-problem is a :class:`DocsError` whose message says what is missing and how to fix it.
+the handler plugins, so a page can never disagree with the installed code; only the table of
+which built-in contributes to which extension point imports torch (it plans the built-ins, and
+a plan may build a torch object it would contribute). Every problem is a :class:`DocsError`
+whose message says what is missing and how to fix it.
 """
 
 from __future__ import annotations
 
 import argparse
+import ast
 import dataclasses
 import enum
 import functools
@@ -18,12 +21,16 @@ import re
 import textwrap
 from collections.abc import Callable, Iterator, Mapping
 from datetime import timedelta
+from pathlib import Path
 from typing import Any
 
 __all__ = [
     "BUILTIN_HANDLERS",
+    "PLAN_STATES",
     "DocsError",
     "HookDoc",
+    "builtin_contributions",
+    "capabilities_table",
     "cli_anchor",
     "cli_commands",
     "cli_reference",
@@ -35,11 +42,20 @@ __all__ = [
     "handlers_overview",
     "hook_docs",
     "hook_reference",
+    "points_table",
     "rst_to_md",
 ]
 
-# The built-in handlers, in the order the docs present them (registry names).
-BUILTIN_HANDLERS = ("autocast", "ddp", "profile", "grad_scaler", "process_group")
+
+def _builtin_names() -> tuple[str, ...]:
+    from accelkw_core.discovery.catalog import BUILTINS
+
+    return tuple(b.name for b in BUILTINS)
+
+
+# The built-in handlers, in the order the docs present them (registry names): the catalog's.
+BUILTIN_HANDLERS = _builtin_names()
+REPO = Path(__file__).resolve().parent.parent
 
 LABELS = {
     "en": {
@@ -56,6 +72,14 @@ LABELS = {
         "handler": "Handler (config key)",
         "fields": "Fields",
         "range": "Range",
+        "point": "Point",
+        "cardinality": "Cardinality",
+        "contribution": "A contribution is",
+        "used": "How the runtime uses it",
+        "contributors": "Built-ins that contribute",
+        "capability": "Capability",
+        "providers": "Built-ins that provide it",
+        "nobody": "—",
         "untranslated": "",
     },
     "ar": {
@@ -72,6 +96,14 @@ LABELS = {
         "handler": "المعالج (مفتاح التكوين)",
         "fields": "الحقول",
         "range": "النطاق",
+        "point": "نقطة التوسعة",
+        "cardinality": "التعدد",
+        "contribution": "المساهمة",
+        "used": "كيف يستخدمها وقت التشغيل",
+        "contributors": "المعالجات المدمجة المساهمة",
+        "capability": "القدرة",
+        "providers": "المعالجات المدمجة التي توفرها",
+        "nobody": "—",
         "untranslated": "(بالإنجليزية) ",
     },
 }
@@ -254,10 +286,143 @@ def handlers_overview(lang: str = "en", link_prefix: str = "") -> str:
     for name in BUILTIN_HANDLERS:
         cls = handler_class(name)
         fields = ", ".join(f"`{spec.name}`" for spec, _ in _fields(cls))
-        rows.append(
-            f"| [`{name}`]({link_prefix}{name}.md) | `{cls.__name__}` | `{_dist_of(name)}` | "
-            f"{fields} |"
+        title = f"`{name}`"
+        if (REPO / "docs" / "handlers" / f"{name}.md").is_file():
+            title = f"[{title}]({link_prefix}{name}.md)"
+        else:
+            log.info("built-in %r has no page docs/handlers/%s.md yet: listed unlinked", name, name)
+        rows.append(f"| {title} | `{cls.__name__}` | `{_dist_of(name)}` | {fields} |")
+    return "\n".join(rows)
+
+
+# -- extension points ------------------------------------------------------------------------
+
+# The states every built-in is planned on to find what it contributes: one process and two,
+# each precision, all on CPU (a plan is made without side effects, so none is applied).
+PLAN_STATES: tuple[dict[str, Any], ...] = (
+    {"mixed_precision": "no"},
+    {"mixed_precision": "bf16"},
+    {"mixed_precision": "fp16"},
+    {"world_size": 2, "rank": 0, "mixed_precision": "no"},
+    {"world_size": 2, "rank": 1, "mixed_precision": "fp16"},
+)
+
+
+def _contract_examples(folder: str) -> list[dict[str, Any]]:
+    """The literal ``examples`` of the ``HandlerContract`` class in ``plugins/<folder>/tests``.
+
+    Those are the instances the plugin's own suite plans and applies; an opt-in handler
+    (compile, fsdp) contributes nothing with its defaults, so its points show only with them.
+    An example that is not a literal (it calls a function) is left out.
+    """
+    out: list[dict[str, Any]] = []
+    for path in sorted((REPO / "plugins" / folder / "tests").glob("test_*.py")):
+        tree = ast.parse(path.read_text(encoding="utf-8"))
+        for node in ast.walk(tree):
+            if not isinstance(node, ast.ClassDef):
+                continue
+            if not any(getattr(b, "id", None) == "HandlerContract" for b in node.bases):
+                continue
+            for stmt in node.body:
+                target = stmt.target if isinstance(stmt, ast.AnnAssign) else None
+                if isinstance(stmt, ast.Assign) and len(stmt.targets) == 1:
+                    target = stmt.targets[0]
+                if getattr(target, "id", None) != "examples" or stmt.value is None:
+                    continue
+                for element in getattr(stmt.value, "elts", ()):
+                    try:
+                        example = ast.literal_eval(element)
+                    except ValueError:
+                        continue
+                    if isinstance(example, dict):
+                        out.append(example)
+    return out
+
+
+@functools.cache
+def builtin_contributions() -> dict[str, tuple[frozenset[str], frozenset[str]]]:
+    """Built-in name -> (the points its plans contribute to, the capabilities they provide).
+
+    Derived by planning each built-in (its default instance and its contract examples) on every
+    state of :data:`PLAN_STATES`; a plan that refuses a state (a ``ConfigError``) is skipped.
+    """
+    from accelkw_core.discovery.catalog import BUILTINS
+    from accelkw_core.errors import AccelkwError
+    from accelkw_core.testing import make_state
+
+    found: dict[str, tuple[frozenset[str], frozenset[str]]] = {}
+    for builtin in BUILTINS:
+        cls = handler_class(builtin.name)
+        points: set[str] = set()
+        provides: set[str] = set()
+        instances = [cls()]
+        for example in _contract_examples(builtin.folder):
+            try:
+                instances.append(cls(**example))
+            except (AccelkwError, TypeError, ValueError) as exc:
+                log.info("%s example %r not planned: %s", builtin.name, example, exc)
+        for facts in PLAN_STATES:
+            for handler in instances:
+                state = make_state(**facts)
+                if state.world_size > 1:
+                    state.master_addr, state.master_port = "127.0.0.1", 29500
+                try:
+                    plan = handler.plan(state)
+                except AccelkwError as exc:
+                    log.info("%s not planned on %r: %s", builtin.name, facts, exc)
+                    continue
+                points.update(step.point for step in plan.steps if step.point is not None)
+                provides.update(plan.provides)
+        found[builtin.name] = (frozenset(points), frozenset(provides))
+    return found
+
+
+def _builtin_links(names: list[str], link_prefix: str) -> str:
+    out = []
+    for name in names:
+        if (REPO / "docs" / "handlers" / f"{name}.md").is_file():
+            out.append(f"[`{name}`]({link_prefix}{name}.md)")
+        else:
+            out.append(f"`{name}`")
+    return ", ".join(out)
+
+
+def points_table(lang: str = "en", link_prefix: str = "handlers/") -> str:
+    """Every extension point of ``POINTS``: name, cardinality, contribution, use, built-ins."""
+    from accelkw_core.runtime.points import POINTS
+
+    labels = LABELS[lang]
+    contributions = builtin_contributions()
+    rows = [
+        f"| {labels['point']} | {labels['cardinality']} | {labels['contribution']} | "
+        f"{labels['used']} | {labels['contributors']} |",
+        "|---|---|---|---|---|",
+    ]
+    for point in POINTS.values():
+        users = [name for name, (points, _) in contributions.items() if point.name in points]
+        cells = (
+            f"`{point.name}`",
+            f"`{point.cardinality}`",
+            _cell(rst_to_md(point.contribution)),
+            _cell(rst_to_md(point.used)),
+            _builtin_links(users, link_prefix) or labels["nobody"],
         )
+        rows.append("| " + " | ".join(cells) + " |")
+    return "\n".join(rows)
+
+
+def capabilities_table(lang: str = "en", link_prefix: str = "handlers/") -> str:
+    """Every capability a built-in's plan provides (``provides=``), with the built-ins."""
+    labels = LABELS[lang]
+    providers: dict[str, list[str]] = {}
+    for name, (_, provides) in builtin_contributions().items():
+        for capability in sorted(provides):
+            providers.setdefault(capability, []).append(name)
+    if not providers:
+        raise DocsError("no built-in plan provides a capability: is any built-in installed?")
+    rows = [f"| {labels['capability']} | {labels['providers']} |", "|---|---|"]
+    for capability in sorted(providers):
+        rows.append(f"| `{capability}` | {_builtin_links(providers[capability], link_prefix)} |")
     return "\n".join(rows)
 
 

@@ -132,3 +132,17 @@ def test_the_plan_excerpt_is_what_accelkw_plan_prints(tutorial: tuple[Path, list
         assert line in printed, f"{line!r} is not in what accelkw plan prints:\n" + "\n".join(
             printed
         )
+
+
+def test_the_worked_example_of_the_extension_points_page_runs(tmp_path: Path) -> None:
+    text = (REPO / "docs" / "extension-points.md").read_text(encoding="utf-8")
+    (example,) = [
+        b
+        for b in re.findall(r"^```python\n(.*?)^```$", text, flags=re.S | re.M)
+        if "compose_handlers" in b
+    ]
+    script = tmp_path / "worked_example.py"
+    script.write_text(example, encoding="utf-8")
+    out = run(tmp_path, str(script)).stdout
+    for expected in re.findall(r"^# (\S.*)$", example, flags=re.M):
+        assert expected in out, f"{expected!r} not printed:\n{out}"
