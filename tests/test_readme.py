@@ -3,6 +3,9 @@
 from __future__ import annotations
 
 import re
+import sys
+
+import pytest
 
 from tests.conftest import REPO
 
@@ -33,3 +36,35 @@ def test_torch_is_pinned_wherever_it_is_installed() -> None:
     requirements = (REPO / "requirements.txt").read_text().splitlines()
     assert "torch==2.13.0" in requirements
     assert not [line for line in requirements if line.strip() == "torch"]
+
+
+def test_the_handler_table_is_the_builtin_catalog() -> None:
+    """The README's table lists every built-in of ``BUILTINS``, in its order, as it says."""
+    from accelkw_core.discovery.catalog import BUILTINS
+
+    text = (REPO / "README.md").read_text()
+    header = "| handler (config key) | class | distribution |"
+    assert header in text, "the README's handler table is gone"
+    table = text.split(header, 1)[1].split("\n\n", 1)[0].strip().splitlines()[1:]
+    expected = [f"| `{b.name}` | `{b.cls}` | `{b.distribution}` |" for b in BUILTINS]
+    assert table == expected, "update README.md's handler table to:\n" + "\n".join(expected)
+
+
+def test_the_ten_line_plugin_plans_and_applies(monkeypatch: pytest.MonkeyPatch) -> None:
+    from types import ModuleType
+
+    from accelkw_core.testing import compose_handlers, make_state
+
+    text = (REPO / "README.md").read_text()
+    section = text.split("## Write a plugin in ten lines", 1)[1]
+    code = re.search(r"```python\n(# accelkw_seed\.py\n.*?)\n```", section, flags=re.S)
+    assert code is not None
+    module = ModuleType("accelkw_readme_seed")
+    monkeypatch.setitem(sys.modules, module.__name__, module)  # dataclasses look it up
+    exec(compile(code.group(1), "README.md", "exec"), vars(module))
+    import torch
+
+    with torch.random.fork_rng():  # the plugin seeds torch: leave the suite's generator alone
+        state = compose_handlers(plugins=[module], state=make_state(world_size=2, rank=1))
+    assert state.messages("seed") == ["seed torch with 43"]
+    state.run_teardowns()
