@@ -1,8 +1,18 @@
-"""Time ``accelkw plugins list`` against the floor: a bare entry-point scan in a fresh interpreter.
+"""``accelkw plugins list`` against the floor (a bare entry-point scan) and ``accelerate env``.
 
-Both commands run as fresh processes, interleaved A/B so machine noise hits both alike; the script
-prints the median and spread of each and their ratio. Target: ratio <= 1.5 with the built-ins
-installed, and torch never imported.
+Every command runs as a fresh process, interleaved round by round, with its wall and CPU time
+(user + system of the child). Four listings:
+
+- *warm*: nothing changed since the last listing, so it answers from the kept listing and
+  imports no plugin (target <= 1.1x the floor);
+- *after an install*: both caches empty (a fresh ``XDG_CACHE_HOME`` each run), as on the first
+  listing after ``pip install``: a scan, a real load of every plugin, both caches written
+  (target <= 1.4x the floor);
+- ``--refresh``: the entry points from their cache, every plugin imported (reported);
+- ``ACCELKW_NO_CACHE=1``: no cache read or written (reported).
+
+Then ``accelerate env`` (Accelerate's nearest command) in the same rounds, and whether a listing
+imports torch or any plugin module.
 
     python bench/bench_list.py [--repeats 21]
 """
@@ -16,97 +26,119 @@ import shutil
 import statistics
 import subprocess
 import sys
-import time
+import tempfile
+from pathlib import Path
+
+from _timing import precompile, timed_with_cpu, verdict
 
 FLOOR = [sys.executable, "-c", "import importlib_metadata as m; m.entry_points(group='accelkw')"]
 LIST = [sys.executable, "-m", "accelkw_core", "plugins", "list"]
-TORCH_CHECK = (
-    "import sys, io, contextlib\n"
+WARM_TARGET, INSTALL_TARGET = 1.1, 1.4
+PROBE = (
+    "import sys, io, contextlib, json\n"
     "from accelkw_core.cli.main import main\n"
+    "before = set(sys.modules)\n"
     "with contextlib.redirect_stdout(io.StringIO()): main(['plugins', 'list'])\n"
-    "print('torch' in sys.modules)"
+    "print(json.dumps(sorted(set(sys.modules) - before)))"
 )
 
 
-NO_CACHE = {**os.environ, "ACCELKW_NO_CACHE": "1"}
-
-
-def timed(cmd: list[str], env: dict[str, str] | None = None) -> float:
-    start = time.perf_counter()
-    subprocess.run(cmd, check=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env=env)
-    return time.perf_counter() - start
-
-
-def summary(samples: list[float]) -> str:
-    med = statistics.median(samples) * 1000
-    lo, hi = min(samples) * 1000, max(samples) * 1000
-    return f"median {med:7.1f} ms  (min {lo:.1f}, max {hi:.1f})"
-
-
-def precompile() -> None:
-    """Write bytecode for accelkw's packages, as a regular ``pip install`` does.
-
-    Editable installs run from source; with PYTHONDONTWRITEBYTECODE set (as on CI machines)
-    every start would recompile them, which no installed package pays.
-    """
-    import compileall
-    import importlib.util
-
-    names = ["accelkw_core"] + [p["entry_point"].split(":")[0].split(".")[0] for p in PLUGINS]
-    for name in dict.fromkeys(names):
-        spec = importlib.util.find_spec(name)
-        if spec and spec.submodule_search_locations:
-            for folder in spec.submodule_search_locations:
-                compileall.compile_dir(folder, quiet=1)
-
-
-PLUGINS: list[dict] = []
+def accelerate_env() -> list[str] | None:
+    exe = shutil.which("accelerate", path=os.path.dirname(sys.executable)) or shutil.which(
+        "accelerate"
+    )
+    return [exe, "env"] if exe else None
 
 
 def main() -> int:
-    parser = argparse.ArgumentParser(description=__doc__)
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--repeats", type=int, default=21)
+    parser.add_argument(
+        "--accelerate-every", type=int, default=1, help="run `accelerate env` every Nth round"
+    )
     args = parser.parse_args()
 
+    base = {k: v for k, v in os.environ.items() if not k.startswith("ACCELKW_")}
+    work = Path(tempfile.mkdtemp(prefix="accelkw-list-"))
+    warm_env = {**base, "XDG_CACHE_HOME": str(work / "warm")}
+    cold_cache = work / "cold"
+    cold_env = {**base, "XDG_CACHE_HOME": str(cold_cache)}
     plugins = json.loads(
-        subprocess.run([*LIST, "--json"], capture_output=True, text=True, check=True).stdout
+        subprocess.run(
+            [*LIST, "--json"], capture_output=True, text=True, check=True, env=warm_env
+        ).stdout
     )
-    PLUGINS.extend(p for p in plugins if p["entry_point"])
+    modules = {p["entry_point"].split(":")[0].split(".")[0] for p in plugins if p["entry_point"]}
+    precompile(["accelkw_core", *sorted(modules)])
+    precompile(["accelerate"])
     loaded = sorted(p["name"] for p in plugins if p["status"] == "loaded")
-    print(f"plugins loaded: {len(loaded)} ({', '.join(loaded) or 'none'})")
-    precompile()
+    print(f"plugins loaded: {len(loaded)} ({', '.join(loaded)})")
 
-    for cmd in (FLOOR, LIST):  # warm the page cache
-        timed(cmd)
-    floor, listing, uncached = [], [], []
-    for _ in range(args.repeats):
-        floor.append(timed(FLOOR))
-        listing.append(timed(LIST))
-        uncached.append(timed(LIST, NO_CACHE))
-    for label, samples in (("cached", listing), ("uncached", uncached)):
-        ratio = statistics.median(samples) / statistics.median(floor)
-        verdict = "OK" if ratio <= 1.5 else "MISSED"
-        print(f"ratio {label}/floor: {ratio:.2f}x   (target <= 1.50x)  {verdict}")
-    print(f"floor (entry-point scan)  {summary(floor)}")
-    print(f"accelkw plugins list      {summary(listing)}")
-    print(
-        f"  ACCELKW_NO_CACHE=1      {summary(uncached)}   (as the first listing after an install)"
-    )
+    peer = accelerate_env()
+    commands: dict[str, tuple[list[str], dict[str, str]]] = {
+        "floor": (FLOOR, base),
+        "list (warm)": (LIST, warm_env),
+        "list (after an install)": (LIST, cold_env),
+        "list --refresh": ([*LIST, "--refresh"], warm_env),
+        "list, ACCELKW_NO_CACHE=1": (LIST, {**base, "ACCELKW_NO_CACHE": "1"}),
+    }
+    if peer:
+        commands["accelerate env"] = (peer, base)
+    for cmd, env in commands.values():  # warm-up round: page cache, the warm listing's caches
+        timed_with_cpu(cmd, env)
+    wall: dict[str, list[float]] = {k: [] for k in commands}
+    cpu: dict[str, list[float]] = {k: [] for k in commands}
+    for r in range(args.repeats):
+        names = list(commands) if r % 2 == 0 else list(reversed(commands))
+        for name in names:
+            if name == "accelerate env" and r % args.accelerate_every:
+                continue
+            shutil.rmtree(cold_cache, ignore_errors=True)  # untimed: the install's effect
+            w, c = timed_with_cpu(*commands[name])
+            wall[name].append(w)
+            cpu[name].append(c)
 
-    imported = subprocess.run(
-        [sys.executable, "-c", TORCH_CHECK], capture_output=True, text=True, check=True
-    )
-    print(f"torch imported by listing: {imported.stdout.strip()}   (target: False)")
+    def med(samples: list[float]) -> float:
+        return statistics.median(samples) * 1000
 
-    accelerate = shutil.which("accelerate")
-    if accelerate:
-        peer = [timed([accelerate, "env"]) for _ in range(3)]
-        speedup = statistics.median(peer) / statistics.median(listing)
+    print(f"{'command':<28} {'wall median (min-max)':>26} {'cpu median':>11}  n")
+    for name in commands:
+        w, c = wall[name], cpu[name]
         print(
-            f"accelerate env            {summary(peer)}   accelkw is {speedup:.1f}x faster (target >= 15x)"
+            f"{name:<28} {med(w):8.1f} ms ({min(w) * 1000:6.1f}-{max(w) * 1000:6.1f}) "
+            f"{med(c):8.1f} ms  {len(w)}"
         )
+    floor_w, floor_c = med(wall["floor"]), med(cpu["floor"])
+    for name, target in (("list (warm)", WARM_TARGET), ("list (after an install)", INSTALL_TARGET)):
+        rw, rc = med(wall[name]) / floor_w, med(cpu[name]) / floor_c
+        print(
+            f"{name} / floor: wall {rw:.2f}x, cpu {rc:.2f}x   target <= {target}x   "
+            f"wall {verdict(rw <= target)}, cpu {verdict(rc <= target)}"
+        )
+    for name in ("list --refresh", "list, ACCELKW_NO_CACHE=1"):
+        print(
+            f"{name} / floor: wall {med(wall[name]) / floor_w:.2f}x, "
+            f"cpu {med(cpu[name]) / floor_c:.2f}x   (reported)"
+        )
+    if peer:
+        w = med(wall["accelerate env"]) / med(wall["list (warm)"])
+        c = med(cpu["accelerate env"]) / med(cpu["list (warm)"])
+        print(f"accelerate env / list (warm): wall {w:.1f}x, cpu {c:.1f}x slower")
     else:
-        print("accelerate env            not installed (pip install accelerate==1.15.0 to compare)")
+        print("accelerate env: not installed (pip install accelerate==1.15.0)")
+
+    for _ in range(2):  # the first may fill this command line's own cache (its sys.path differs)
+        probe = subprocess.run(
+            [sys.executable, "-c", PROBE], capture_output=True, text=True, check=True, env=warm_env
+        )
+    new = json.loads(probe.stdout)
+    torch = [m for m in new if m == "torch" or m.startswith("torch.")]
+    plugin_mods = [m for m in new if m.split(".")[0] in modules]
+    print(
+        f"a warm listing imports torch: {bool(torch)}, plugin modules: {len(plugin_mods)}, "
+        f"pluggy: {'pluggy' in new}   (target: none)  {verdict(not torch and not plugin_mods)}"
+    )
+    shutil.rmtree(work, ignore_errors=True)
     return 0
 
 

@@ -65,9 +65,13 @@ def main(argv: Sequence[str] | None = None) -> int:
 
     previous, warnings.showwarning = warnings.showwarning, show_warning
     try:
-        from accelkw_core.logs import configure_from_env
+        import os
 
-        configure_from_env()
+        # `logging` costs a listing ~6 ms: imported only when a level is asked for.
+        if os.environ.get("ACCELKW_LOG_LEVEL", "").strip():
+            from accelkw_core.logs import configure_from_env
+
+            configure_from_env()
         return int(func(args))
     except AccelkwError as exc:
         print(f"accelkw: error: {exc}", file=sys.stderr)

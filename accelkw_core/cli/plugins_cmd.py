@@ -24,6 +24,12 @@ def add_parser(sub: Any) -> None:
         help="exit 1 when any plugin failed, conflicts or is incompatible with this core, "
         "or ACCELKW_PLUGINS / ACCELKW_DISABLE_PLUGINS name a plugin that is not installed",
     )
+    lst.add_argument(
+        "--refresh",
+        action="store_true",
+        help="import every plugin now instead of answering from the listing kept when nothing "
+        "was installed, removed or edited since",
+    )
     lst.set_defaults(func=cmd_list)
 
     show = psub.add_parser("show", help="a handler's fields, types, defaults and documentation")
@@ -98,40 +104,79 @@ def _compat_json(record: Any) -> dict[str, Any] | None:
 
 
 def cmd_list(args: argparse.Namespace) -> int:
+    from accelkw_core.discovery import metadata_cache
+
+    # Only the process-wide registry built from entry points is cached: one set in code (tests,
+    # notebooks through set_registry) is listed as it is.
+    registry_module = sys.modules.get("accelkw_core.discovery.registry")
+    own = registry_module is None or getattr(registry_module, "_default", None) is None
+    snapshot = metadata_cache.key_of() if own else None
+    listing = None
+    if snapshot is not None and not args.refresh:
+        listing = metadata_cache.read(snapshot)
+        if listing is not None:
+            for message in listing["typos"]:  # as config_warnings prints them after a load
+                print(f"accelkw: warning: {message}", file=sys.stderr)
+    if listing is None:
+        listing = _load_listing(snapshot)
+    return _print_listing(args, listing)
+
+
+def _load_listing(snapshot: Any) -> dict[str, Any]:
+    """Load every plugin for real; store what the listing shows under ``snapshot`` (if any)."""
     from accelkw_core.cli.strict import config_warnings
+    from accelkw_core.discovery import metadata_cache
     from accelkw_core.discovery.registry import get_registry
 
     registry = get_registry()
+    before = set(sys.modules)
     with config_warnings() as typos:  # ACCELKW_PLUGINS / ACCELKW_DISABLE_PLUGINS naming no plugin
         records = registry.plugins()
-    bad = [r for r in records if r.status in ("failed", "conflict", "incompatible")]
+    imported = set(sys.modules) - before
+    listing = {
+        "plugins": [plugin_json(r) for r in records],
+        "typos": typos,
+        "autoload": registry.autoload,
+    }
+    if snapshot is not None and registry.group == metadata_cache.GROUP:
+        files = metadata_cache.module_files(imported, [r.entry_point or "" for r in records])
+        if files is not None and all(r.entry_point for r in records):
+            metadata_cache.write(snapshot, listing, files)
+    return listing
+
+
+def _print_listing(args: argparse.Namespace, listing: dict[str, Any]) -> int:
+    plugins: list[dict[str, Any]] = listing["plugins"]
+    bad = [p for p in plugins if p["status"] in ("failed", "conflict", "incompatible")]
     if args.json:
-        print_json([plugin_json(r) for r in records])
+        print_json(plugins)
     else:
         rows = []
-        for r in records:
-            common = [r.name, r.distribution or "(code)", r.version or "-", r.status]
-            if r.handlers and r.status != "failed":
-                for cls in sorted(r.handlers, key=lambda c: c.name):
-                    rows.append([cls.name, cls.__name__, *common, r.reason])
+        for p in plugins:
+            reason = p["error"]["message"] if p["error"] else ""
+            common = [p["name"], p["distribution"] or "(code)", p["version"] or "-", p["status"]]
+            if p["handlers"] and p["status"] != "failed":
+                for h in sorted(p["handlers"], key=lambda h: str(h["name"])):
+                    rows.append([h["name"], h["class"].rsplit(".", 1)[-1], *common, reason])
             else:
-                rows.append(["-", "-", *common, r.reason])
+                rows.append(["-", "-", *common, reason])
         rows.sort(key=lambda row: (row[0] == "-", row[0], row[2]))
         headers = ["HANDLER", "CLASS", "PLUGIN", "DISTRIBUTION", "VERSION", "STATUS", "REASON"]
         if rows:
             print(table(headers, rows))
-        elif not registry.autoload:
+        elif not listing["autoload"]:
             print("no plugins registered in code")
         else:
             print("no accelkw plugins installed (pip install accelkw-autocast, ...)")
-        if not registry.autoload:
+        if not listing["autoload"]:
             print(
                 "entry-point autoloading is off (ACCELKW_DISABLE_PLUGIN_AUTOLOAD): "
                 "installed plugins are not read"
             )
-    for r in bad:
-        print(f"accelkw: warning: plugin {r.name!r} {r.status}: {r.reason}", file=sys.stderr)
-    return 1 if args.strict and (bad or typos) else 0
+    for p in bad:
+        reason = p["error"]["message"] if p["error"] else ""
+        print(f"accelkw: warning: plugin {p['name']!r} {p['status']}: {reason}", file=sys.stderr)
+    return 1 if args.strict and (bad or listing["typos"]) else 0
 
 
 def cmd_show(args: argparse.Namespace) -> int:
