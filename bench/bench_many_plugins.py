@@ -25,15 +25,11 @@ from pathlib import Path
 
 from _timing import Cmd, interleaved_with_cpu, median_ms, precompile, spread, timed, verdict
 
+from accelkw_core.discovery.catalog import BUILTINS as CATALOG
+
 FLOOR = [sys.executable, "-c", "import importlib_metadata as m; m.entry_points(group='accelkw')"]
 LIST = [sys.executable, "-m", "accelkw_core", "plugins", "list"]
-BUILTINS = [
-    "accelkw_autocast",
-    "accelkw_ddp",
-    "accelkw_grad_scaler",
-    "accelkw_process_group",
-    "accelkw_profile",
-]
+BUILTINS = [b.module for b in CATALOG]  # the built-in plugin modules, from the one catalog
 TARGET_500_S = 0.5
 
 MODULE = """\

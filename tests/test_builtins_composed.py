@@ -1,4 +1,4 @@
-"""The five built-in plugins together: listed without torch, composed in one 2-process run."""
+"""The built-in plugins together: listed without torch, composed in one 2-process run."""
 
 from __future__ import annotations
 
@@ -8,17 +8,18 @@ from pathlib import Path
 
 import pytest
 
+from accelkw_core.discovery.catalog import BUILTINS as CATALOG
 from accelkw_core.testing import run_workers
 from tests.builtin_workers import five_builtins_worker
 from tests.conftest import run_python
 
-BUILTINS = {
-    "autocast": ("accelkw_autocast", "accelkw-autocast"),
-    "ddp": ("accelkw_ddp", "accelkw-ddp"),
-    "grad_scaler": ("accelkw_grad_scaler", "accelkw-grad-scaler"),
-    "process_group": ("accelkw_process_group", "accelkw-process-group"),
-    "profile": ("accelkw_profile", "accelkw-profile"),
-}
+# Registry name -> (module, distribution) of every built-in, from the one catalog.
+BUILTINS = {b.name: (b.module, b.distribution) for b in CATALOG}
+
+
+def composed_by_default() -> set[str]:
+    """The built-ins every run composes when installed (not opt-in)."""
+    return {b.name for b in CATALOG if not getattr(importlib.import_module(b.module), b.cls).opt_in}
 
 
 @pytest.fixture(scope="module", autouse=True)
@@ -56,7 +57,7 @@ def test_the_five_are_listed_loaded_without_importing_torch() -> None:
 def test_all_five_compose_in_one_two_process_bf16_run(tmp_path: Path) -> None:
     r0, r1 = run_workers(five_builtins_worker, 2, args=(str(tmp_path), 3), timeout=180)
     for r in (r0, r1):
-        assert set(BUILTINS) <= set(r["applied"])
+        assert composed_by_default() <= set(r["applied"])
         order = r["order"]
         assert order.index("process_group") < order.index("ddp")
         assert order.index("autocast") < order.index("grad_scaler")

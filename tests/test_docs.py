@@ -46,7 +46,7 @@ def hook_specs() -> list[tuple[str, Callable[..., Any]]]:
 
 
 def builtin_handlers() -> dict[str, type[KwargsHandler]]:
-    """Registry name -> class of the five built-ins, imported from their plugin packages."""
+    """Registry name -> class of every built-in of the catalog, imported from its plugin package."""
     out = {}
     for class_name, (module, _) in REFERENCE_NAMES.items():
         cls = getattr(importlib.import_module(module), class_name)
@@ -124,7 +124,7 @@ def text_of(html: str) -> str:
 def test_site_builds_offline_with_every_page(site: Path) -> None:
     for path in ("", "quickstart", "migrating", "configuration", "cli", "hooks", "discovery"):
         assert (site / path / "index.html").is_file(), path
-    for path in ("plugin-tutorial", "benchmarks", "reliability", "ar", "ar/quickstart"):
+    for path in ("plugin-tutorial", "extension-points", "benchmarks", "reliability", "ar"):
         assert (site / path / "index.html").is_file(), path
     html = page(site, "")
     assert "fonts.googleapis.com" not in html and "fonts.gstatic.com" not in html
@@ -154,6 +154,19 @@ def test_every_handler_field_is_in_its_generated_table(site: Path, name: str, la
     assert len(tables) == 1, f"{lang} page of {name}: expected one generated field table"
     cells = re.findall(r"<tr>\s*<td><code>(\w+)</code></td>", tables[0])
     assert cells == [f.name for f in dataclasses.fields(cls) if f.init], (lang, name)
+
+
+@pytest.mark.parametrize("lang", sorted(LANGS))
+def test_every_extension_point_is_in_the_generated_table(site: Path, lang: str) -> None:
+    from accelkw_core.runtime.points import POINTS
+
+    html = page(site, f"{LANGS[lang]}extension-points")
+    tables = [
+        t for t in re.findall(r"<table>.*?</table>", html, flags=re.S) if "<code>around_step" in t
+    ]
+    assert len(tables) == 1, f"{lang}: expected one generated table of the extension points"
+    rows = re.findall(r"<tr>\s*<td><code>(\w+)</code></td>\s*<td><code>(\w+)</code>", tables[0])
+    assert rows == [(p.name, p.cardinality) for p in POINTS.values()], lang
 
 
 def test_the_build_prints_no_theme_banner(build: tuple[Path, str]) -> None:

@@ -15,6 +15,7 @@ import pytest
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import runtime_helpers as rh
 
+from accelkw_core.discovery.catalog import REFERENCE_NAMES
 from accelkw_core.discovery.registry import set_registry
 
 # Each example verbatim from the reference page, with the module its class comes from.
@@ -137,20 +138,13 @@ def no_plugins() -> Iterator[None]:
 
 @pytest.mark.parametrize(
     ("name", "distribution"),
-    [
-        ("AutocastKwargs", "accelkw-autocast"),
-        ("DistributedDataParallelKwargs", "accelkw-ddp"),
-        ("DDPCommunicationHookType", "accelkw-ddp"),
-        ("ProfileKwargs", "accelkw-profile"),
-        ("GradScalerKwargs", "accelkw-grad-scaler"),
-        ("InitProcessGroupKwargs", "accelkw-process-group"),
-    ],
+    # Every reference name a built-in serves (classes and enums), from the one catalog.
+    sorted((ref, dist) for ref, (_, dist) in REFERENCE_NAMES.items()),
 )
 def test_a_missing_plugin_class_names_the_distribution_to_install(
     name: str, distribution: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     import accelkw_core.utils as utils
-    from accelkw_core.discovery.catalog import REFERENCE_NAMES
 
     monkeypatch.setitem(sys.modules, REFERENCE_NAMES[name][0], None)  # import now fails
     monkeypatch.delitem(vars(utils), name, raising=False)
