@@ -1,13 +1,16 @@
-"""Per-step time of an ``Accelerator`` loop against the same loop written in plain torch.
+"""Per-step time of the same training loop in plain torch, accelkw and Hugging Face Accelerate.
 
 One process, one CPU thread, a 4-layer width-256 MLP, batch 64, AdamW, bf16 autocast (the grad
-scaler only applies under fp16, so the bf16 loop has none; ``--fp16`` adds an fp16 pair with a
-real ``GradScaler``), profiler off. The two loops run interleaved, A/B then B/A, in blocks of
-``--steps`` steps, ``--repeats`` times; each block's per-step time (wall and thread CPU) is one
-sample. Printed: the median and spread of each, and the per-step ratio, the median over adjacent
-block pairs of Accelerator/plain (target <= 1.03; Hugging Face Accelerate measures about 1.22 on
-such a loop). Then the cost of entering and leaving
-``accelerator.autocast()`` against a bare ``torch.autocast`` (target <= 1 us over it).
+scaler only applies under fp16, so the bf16 loop has none; ``--fp16`` adds an fp16 round, each
+loop reported with what actually ran: the dtype its first Linear computed in and whether a
+``GradScaler`` scaled the loss; Accelerate 1.15 with ``cpu=True, mixed_precision="fp16"``
+neither autocasts nor scales on CPU, so its fp16 figure is an fp32 loop). The accelkw and
+Accelerate loops are written as an Accelerate script is: the prepared model autocasts its own
+forward. The three loops run interleaved in blocks of ``--steps`` steps, the order rotating
+each round, ``--repeats`` rounds; each block's per-step time (wall and thread CPU) is one
+sample. The headline ratios are medians over the rounds of each round's ratio (blocks of one
+round share the machine's load). Target: accelkw/plain <= 1.03. Then entering and leaving
+``accelerator.autocast()`` against a bare ``torch.autocast`` (target <= 1 us over it), for both.
 
     python bench/bench_step.py [--repeats 40] [--steps 10] [--fp16]
 """
@@ -60,11 +63,23 @@ def plain_loop(dtype: torch.dtype, scaled: bool) -> Callable[[Any, Any], None]:
     return step
 
 
-def accelerator_loop(mixed_precision: str) -> tuple[Callable[[Any, Any], None], Any]:
-    from accelkw_core import Accelerator
+def accelerator_loop(
+    mixed_precision: str, accelerate: bool = False
+) -> tuple[Callable[[Any, Any], None], Any, list[torch.dtype]]:
+    """The loop of an Accelerate script on accelkw's ``Accelerator`` (or Accelerate's)."""
+    if accelerate:
+        from accelerate import Accelerator as HFAccelerator
+        from accelerate.state import AcceleratorState
 
-    acc = Accelerator(mixed_precision=mixed_precision, cpu=True)
+        # Accelerate keeps one process-wide state; a second mixed precision needs it reset.
+        AcceleratorState._reset_state(True)
+        acc: Any = HFAccelerator(mixed_precision=mixed_precision, cpu=True)
+    else:
+        from accelkw_core import Accelerator
+
+        acc = Accelerator(mixed_precision=mixed_precision, cpu=True)
     model = mlp()
+    seen = watch_dtype(model)
     model, opt = acc.prepare(model, torch.optim.AdamW(model.parameters(), lr=1e-3))
 
     def step(x: Any, y: Any) -> None:
@@ -75,7 +90,18 @@ def accelerator_loop(mixed_precision: str) -> tuple[Callable[[Any, Any], None], 
         opt.step()
         opt.zero_grad()
 
-    return step, acc
+    return step, acc, seen
+
+
+def watch_dtype(model: torch.nn.Module) -> list[torch.dtype]:
+    """The dtype of the first Linear's output at its last call (what the forward computed in)."""
+    seen: list[torch.dtype] = []
+
+    def hook(module: Any, inputs: Any, output: Any) -> None:
+        seen[:] = [output.dtype]
+
+    next(m for m in model.modules() if isinstance(m, torch.nn.Linear)).register_forward_hook(hook)
+    return seen
 
 
 def per_step(step: Callable[[Any, Any], None], x: Any, y: Any, n: int) -> tuple[float, float]:
@@ -86,32 +112,46 @@ def per_step(step: Callable[[Any, Any], None], x: Any, y: Any, n: int) -> tuple[
     return (time.perf_counter() - wall) / n, (time.thread_time() - cpu) / n
 
 
-def compare(name: str, plain: Any, accel: Any, steps: int, repeats: int) -> float:
-    """Interleaved blocks; the headline is the median over adjacent block pairs of B/A."""
+def compare(name: str, loops: dict[str, Any], steps: int, repeats: int) -> dict[str, float]:
+    """Interleaved blocks, the order rotating each round; ratios of each round's blocks."""
     x, y = torch.randn(BATCH, WIDTH), torch.randn(BATCH, 1)
-    for fn in (plain, accel):  # warm up: allocator, autocast caches, AdamW state
+    for fn in loops.values():  # warm up: allocator, autocast caches, AdamW state
         per_step(fn, x, y, 5)
-    a: list[tuple[float, float]] = []
-    b: list[tuple[float, float]] = []
+    names = list(loops)
+    samples: dict[str, list[tuple[float, float]]] = {n: [] for n in names}
     for r in range(repeats):
-        order = [(a, plain), (b, accel)] if r % 2 == 0 else [(b, accel), (a, plain)]
-        for samples, fn in order:
-            samples.append(per_step(fn, x, y, steps))
+        order = names[r % len(names) :] + names[: r % len(names)]
+        if r // len(names) % 2:
+            order.reverse()
+        for n in order:
+            samples[n].append(per_step(loops[n], x, y, steps))
     print(name)
-    ratios = {}
+    ratios: dict[str, float] = {}
+    base = names[0]
     for i, kind in enumerate(("wall", "cpu")):
-        wa, wb = [s[i] for s in a], [s[i] for s in b]
-        # Adjacent blocks share the machine's load, so their ratio cancels most of its drift.
-        ratios[kind] = statistics.median(bi / ai for ai, bi in zip(wa, wb, strict=True))
-        print(f"  {kind:<4} plain torch   {_spread(wa)}")
-        print(f"  {kind:<4} Accelerator   {_spread(wb)}")
-        print(
-            f"  {kind:<4} ratio {ratios[kind]:.3f} (paired blocks; ratio of medians "
-            f"{statistics.median(wb) / statistics.median(wa):.3f})"
-        )
-    ok = "OK" if ratios["wall"] <= STEP_TARGET else "MISSED"
-    print(f"  per-step ratio {ratios['wall']:.3f}   target <= {STEP_TARGET}   {ok}")
-    return ratios["wall"]
+        for n in names:
+            print(f"  {kind:<4} {n:<12} {_spread([s[i] for s in samples[n]])}")
+        pairs = [(n, base) for n in names[1:]] + [("accelkw", "Accelerate")]
+        for top, bottom in pairs:
+            if top not in samples or bottom not in samples:
+                continue
+            each = [t[i] / b[i] for t, b in zip(samples[top], samples[bottom], strict=True)]
+            ratios[f"{top}/{bottom} {kind}"] = statistics.median(each)
+            print(
+                f"  {kind:<4} {top}/{bottom} {statistics.median(each):.3f} (per round; ratio "
+                f"of medians {_median(samples[top], i) / _median(samples[bottom], i):.3f})"
+            )
+    ours = ratios[f"accelkw/{base} wall"]
+    ok = "OK" if ours <= STEP_TARGET else "MISSED"
+    print(
+        f"  accelkw/{base} per step {ours:.3f} wall, {ratios[f'accelkw/{base} cpu']:.3f} cpu"
+        f"   target <= {STEP_TARGET}   {ok}"
+    )
+    return ratios
+
+
+def _median(samples: list[tuple[float, float]], i: int) -> float:
+    return statistics.median(s[i] for s in samples)
 
 
 def _spread(samples: list[float]) -> str:
@@ -122,32 +162,51 @@ def _spread(samples: list[float]) -> str:
     )
 
 
-def autocast_overhead(acc: Any, repeats: int, n: int = 20000) -> float:
-    def raw() -> None:
-        for _ in range(n):
+def autocast_overhead(accs: dict[str, Any], repeats: int, n: int = 20000) -> float:
+    """Enter+exit of each ``accelerator.autocast()`` against ``torch.autocast``, interleaved.
+
+    Accelerate's costs ~100x more, so it runs n/20 times a block (its per-call figure stands).
+    """
+
+    def raw(k: int) -> None:
+        for _ in range(k):
             with torch.autocast("cpu", dtype=torch.bfloat16):
                 pass
 
-    def ours() -> None:
-        autocast = acc.autocast
-        for _ in range(n):
-            with autocast():
-                pass
+    def make(acc: Any) -> Callable[[int], None]:
+        def ours(k: int) -> None:
+            autocast = acc.autocast
+            for _ in range(k):
+                with autocast():
+                    pass
 
-    raw(), ours()
-    a: list[float] = []
-    b: list[float] = []
+        return ours
+
+    fns: dict[str, tuple[Callable[[int], None], int]] = {"torch.autocast": (raw, n)}
+    for label, acc in accs.items():
+        fns[f"{label} autocast()"] = (make(acc), n if label == "accelkw" else max(n // 20, 1))
+    for fn, k in fns.values():
+        fn(k)
+    us: dict[str, list[float]] = {name: [] for name in fns}
+    names = list(fns)
     for r in range(repeats):
-        for samples, fn in [(a, raw), (b, ours)] if r % 2 == 0 else [(b, ours), (a, raw)]:
+        for name in names if r % 2 == 0 else reversed(names):
+            fn, k = fns[name]
             start = time.perf_counter()
-            fn()
-            samples.append((time.perf_counter() - start) / n * 1e6)
-    extra = statistics.median(b) - statistics.median(a)
-    print("autocast enter/exit")
-    print(f"  torch.autocast          median {statistics.median(a):6.2f} us (min {min(a):.2f})")
-    print(f"  accelerator.autocast()  median {statistics.median(b):6.2f} us (min {min(b):.2f})")
+            fn(k)
+            us[name].append((time.perf_counter() - start) / k * 1e6)
+    print("autocast enter/exit (bf16)")
+    base = statistics.median(us["torch.autocast"])
+    for name, values in us.items():
+        print(
+            f"  {name:<24} median {statistics.median(values):7.2f} us (min {min(values):.2f}) "
+            f"  {statistics.median(values) - base:+7.2f} us over torch.autocast"
+        )
+    extra = statistics.median(us["accelkw autocast()"]) - base
     ok = "OK" if extra <= AUTOCAST_TARGET_US else "MISSED"
-    print(f"  overhead {extra:+.2f} us per enter/exit   target <= {AUTOCAST_TARGET_US} us   {ok}")
+    print(
+        f"  accelkw overhead {extra:+.2f} us per enter/exit   target <= {AUTOCAST_TARGET_US} us   {ok}"
+    )
     return extra
 
 
@@ -164,23 +223,38 @@ def main(argv: list[str] | None = None) -> int:
     os.chdir(tempfile.mkdtemp())  # no stray accelkw.toml changes what is composed
     for key in [k for k in os.environ if k.startswith("ACCELKW_")]:
         del os.environ[key]
-    accel, acc = accelerator_loop("bf16")
-    print(f"torch {torch.__version__}, 1 thread; handlers: {', '.join(acc.state.handlers)}")
+    import accelerate
+
+    accel, acc, _ = accelerator_loop("bf16")
+    hf, hf_acc, _ = accelerator_loop("bf16", accelerate=True)
+    print(
+        f"torch {torch.__version__}, accelerate {accelerate.__version__}, 1 thread; "
+        f"accelkw handlers: {', '.join(acc.state.handlers)}"
+    )
     print(f"MLP {LAYERS}x{WIDTH}, batch {BATCH}, AdamW, {args.steps} steps x {args.repeats}")
-    plain = plain_loop(torch.bfloat16, False)
-    compare("bf16 autocast, no scaler (profiler off)", plain, accel, args.steps, args.repeats)
+    loops = {"plain": plain_loop(torch.bfloat16, False), "accelkw": accel, "Accelerate": hf}
+    compare("bf16 autocast, no scaler (profiler off)", loops, args.steps, args.repeats)
+    autocast_overhead({"accelkw": acc, "Accelerate": hf_acc}, args.repeats)
     if args.fp16:
-        accel16, acc16 = accelerator_loop("fp16")
-        scaled = acc16.scaler is not None
-        compare(
-            f"fp16 autocast, {'GradScaler' if scaled else 'no scaler installed'}",
-            plain_loop(torch.float16, scaled),
-            accel16,
-            args.steps,
-            args.repeats,
+        accel16, acc16, seen16 = accelerator_loop("fp16")
+        hf16, hf_acc16, hf_seen16 = accelerator_loop("fp16", accelerate=True)
+        plain16 = plain_loop(torch.float16, True)
+        x = torch.randn(BATCH, WIDTH)
+        accel16(x, torch.randn(BATCH, 1)), hf16(x, torch.randn(BATCH, 1))
+        print("fp16: what ran (the first Linear's output dtype; loss scaling)")
+        print("  plain       torch.float16, GradScaler")
+        print(f"  accelkw     {seen16[0]}, {'GradScaler' if acc16.scaler else 'no scaler'}")
+        print(
+            f"  Accelerate  {hf_seen16[0]}, {'GradScaler' if hf_acc16.scaler else 'no scaler'}"
+            + (
+                "   <- cpu=True fp16 does not autocast: an fp32 loop"
+                if hf_seen16[0] == torch.float32
+                else ""
+            )
         )
+        loops16 = {"plain": plain16, "accelkw": accel16, "Accelerate": hf16}
+        compare("fp16 (as each ran, above)", loops16, args.steps, args.repeats)
         acc16.end_training()
-    autocast_overhead(acc, args.repeats)
     acc.end_training()
     return 0
 
