@@ -37,6 +37,9 @@ def accelkw_register_handlers(register: Callable[[type[KwargsHandler]], None]) -
 def accelkw_state_ready(state: AcceleratorState) -> None:
     """Called once every handler has been applied to ``state``, before training starts.
 
+    Only plugins whose handlers take part in the run hear it (a plugin whose handler is
+    disabled does not); a plugin that contributes no handler always does.
+
     :param state: the composed ``AcceleratorState``; read its facts and log, or add to
         ``state.extras``.
 
