@@ -7,10 +7,16 @@
    one plugin object; every other handler must come after an earlier one, so ordering has work
    to do). Target: cost per handler at 200 no worse than at 50 (linear), reported alongside.
 
+3. Per-step cost with every per-step extension point populated: 10, 25 and 50 synthetic handlers,
+   each contributing a forward context (``contextlib.nullcontext``), a forward-output converter
+   (identity), an ``around_step`` (calls ``proceed``) and an ``after_step`` (no-op), against the
+   same loop with none; a tiny model so the points' cost shows. Target: linear in the number of
+   handlers (the cost per handler at 50 no worse than 1.5x that at 10), quoted per handler.
+
 When the runtime (``Accelerator``) is missing, ``compose`` over the registry is measured instead.
 Runs in a temporary working folder so no ``accelkw.toml``/``pyproject.toml`` is read.
 
-    python bench/bench_compose.py [--repeats 100]
+    python bench/bench_compose.py [--repeats 100] [--step-repeats 15]
 """
 
 from __future__ import annotations
@@ -96,6 +102,95 @@ def builder(registry: Registry | None) -> Callable[[], int]:
     return build_accelerator
 
 
+def point_handlers(count: int) -> list[type[KwargsHandler]]:
+    """``count`` handlers, each contributing to every per-step extension point."""
+    import contextlib
+
+    from accelkw_core.plugin import Plan
+
+    def around(step: Any, proceed: Callable[[], Any]) -> Any:
+        return proceed()
+
+    def after(step: Any) -> None:
+        return None
+
+    def identity(outputs: Any) -> Any:
+        return outputs
+
+    def plan(self: KwargsHandler, state: Any) -> Plan:
+        out = Plan(self.name)
+        out.contribute("forward_context", contextlib.nullcontext, "a no-op forward context")
+        out.contribute("forward_output", identity, "outputs unchanged")
+        out.contribute("around_step", around, "proceeds")
+        out.contribute("after_step", after, "nothing")
+        return out
+
+    return [
+        dataclasses.make_dataclass(
+            f"Point{i:03d}Kwargs",
+            [("level", int, handler_field(1, doc="unused", ge=0))],
+            bases=(KwargsHandler,),
+            namespace={"name": f"point_{i:03d}", "after": (), "plan": plan},
+        )
+        for i in range(count)
+    ]
+
+
+def per_step_cost(repeats: int, steps: int = 200) -> None:
+    """Per-step time of a tiny loop with 0/10/25/50 handlers on every per-step point."""
+    import torch
+
+    from accelkw_core import Accelerator
+
+    torch.set_num_threads(1)
+    sizes = (0, 10, 25, 50)
+    loops = {}
+    for size in sizes:
+        registry = isolated_registry([SyntheticPlugin(point_handlers(size))])
+        acc = Accelerator(cpu=True, registry=registry)
+        model = torch.nn.Linear(8, 1)
+        model, opt = acc.prepare(model, torch.optim.SGD(model.parameters(), lr=0.01))
+        x, y = torch.randn(4, 8), torch.randn(4, 1)
+
+        def step(
+            acc: Any = acc, model: Any = model, opt: Any = opt, x: Any = x, y: Any = y
+        ) -> None:
+            loss = torch.nn.functional.mse_loss(model(x), y)
+            acc.backward(loss)
+            opt.step()
+            opt.zero_grad()
+
+        loops[size] = step
+    samples: dict[int, list[float]] = {size: [] for size in sizes}
+    for r in range(repeats + 1):
+        for size in sizes if r % 2 == 0 else reversed(sizes):
+            start = time.thread_time()
+            for _ in range(steps):
+                loops[size]()
+            if r:  # round 0 warms up
+                samples[size].append((time.thread_time() - start) / steps)
+    base = statistics.median(samples[0])
+    print(
+        f"per step, tiny model, every per-step point (forward_context, forward_output, "
+        f"around_step, after_step) populated; thread CPU, {repeats} x {steps} steps"
+    )
+    per: dict[int, float] = {}
+    for size in sizes:
+        med = statistics.median(samples[size])
+        extra = (med - base) / size if size else 0.0
+        per[size] = extra
+        print(
+            f"  {size:>3} handlers/point: {med * 1e6:8.1f} us/step "
+            f"(min {min(samples[size]) * 1e6:.1f})"
+            + (f"   +{extra * 1e6:.2f} us per handler per step" if size else "")
+        )
+    growth = per[50] / per[10] if per[10] > 0 else float("inf")
+    print(
+        f"growth: per-handler per-step cost at 50 is {growth:.2f}x that at 10"
+        f"   (target: linear, <= 1.5x)  {verdict(growth <= 1.5)}"
+    )
+
+
 def median_of(fn: Callable[[], int], repeats: int) -> tuple[float, list[float], int]:
     """Median, samples and handler count of ``repeats`` calls; the collector paused, as timeit does."""
     samples = []
@@ -119,6 +214,7 @@ def ms(seconds: float) -> str:
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--repeats", type=int, default=100)
+    parser.add_argument("--step-repeats", type=int, default=15)
     args = parser.parse_args()
     os.chdir(tempfile.mkdtemp(prefix="accelkw-compose-"))
 
@@ -159,6 +255,8 @@ def main() -> int:
         f"growth: per-handler cost at {SIZES[-1]} is {growth:.2f}x that at {SIZES[0]}"
         f"   (target: not worse than linear, <= 1.5x)  {verdict(growth <= 1.5)}"
     )
+    if what.startswith("Accelerator"):
+        per_step_cost(args.step_repeats)
     return 0
 
 
