@@ -7,6 +7,10 @@ module that the import pulled in (the interpreter's own start-up excluded: ``typ
 part spent in the module's own package; medians of ``--repeats`` runs, with the largest
 contributors of the median run.
 
+Then, side by side in fresh processes (interleaved, wall and CPU, the bare interpreter's start
+subtracted): ``import accelkw_core``, ``from accelkw_core import Accelerator`` (torch included),
+``import accelerate`` and ``import torch``.
+
     python bench/bench_import.py [--repeats 9]
 """
 
@@ -17,7 +21,7 @@ import statistics
 import subprocess
 import sys
 
-from _timing import precompile, verdict
+from _timing import Cmd, interleaved_with_cpu, precompile, verdict
 
 CORE = ["accelkw_core", "accelkw_core.discovery.registry", "accelkw_core.runtime.accelerator"]
 CHECK = (
@@ -75,7 +79,35 @@ def main() -> int:
         top = ", ".join(f"{m} {ms:.1f}" for ms, m in rows[:4])
         print(f"{name:<30} {verdict(clean):>10} {total:6.1f} ms {own:5.1f} ms   {top}")
     print(f"torch imported by none of them (target)  {verdict(all_clean)}")
+    side_by_side(args.repeats)
     return 0
+
+
+def side_by_side(repeats: int) -> None:
+    """Fresh-process import times of accelkw and Accelerate, less a bare interpreter's start."""
+    precompile(["accelerate"])
+    statements = {
+        "python -c pass": "pass",
+        "import accelkw_core": "import accelkw_core",
+        "from accelkw_core import Accelerator": "from accelkw_core import Accelerator",
+        "import accelerate": "import accelerate",
+        "import torch": "import torch",
+    }
+    commands = {name: Cmd([sys.executable, "-c", code]) for name, code in statements.items()}
+    wall, cpu = interleaved_with_cpu(commands, repeats)
+    bare_w = statistics.median(wall["python -c pass"])
+    bare_c = statistics.median(cpu["python -c pass"])
+    print(f"\nfresh processes, {repeats} interleaved rounds; the bare start subtracted")
+    print(f"  {'python -c pass':<38} wall {bare_w * 1000:7.1f} ms, cpu {bare_c * 1000:7.1f} ms")
+    for name in list(statements)[1:]:
+        w = statistics.median(wall[name]) - bare_w
+        c = statistics.median(cpu[name]) - bare_c
+        print(f"  {name:<38} wall {w * 1000:+7.1f} ms, cpu {c * 1000:+7.1f} ms")
+    ours = statistics.median(cpu["import accelkw_core"]) - bare_c
+    theirs = statistics.median(cpu["import accelerate"]) - bare_c
+    print(
+        f"  import accelerate / import accelkw_core (cpu, start subtracted): {theirs / ours:.0f}x"
+    )
 
 
 if __name__ == "__main__":
