@@ -280,7 +280,9 @@ def test_a_run_that_would_compose_it_warns_once_naming_it(site: Path, tmp_path: 
     assert result.returncode == 0, result.stderr
     out = json.loads(result.stdout)
     assert len(out["warnings"]) == 1
-    assert out["warnings"][0].startswith("plugin 'stale' (acme-stale) was not loaded, so this run goes without")
+    assert out["warnings"][0].startswith(
+        "plugin 'stale' (acme-stale) was not loaded, so this run goes without"
+    )
     assert "pip install -U acme-stale" in out["warnings"][0]
     assert "fresh" in out["composed"] and "stale" not in out["composed"]
     assert not mark.exists()
@@ -301,7 +303,7 @@ PROBE = """
     records = Registry().plugins()
     print(json.dumps({{
         "scanned": "importlib_metadata" in sys.modules,
-        "parsed": "packaging.requirements" in sys.modules,
+        "parsed": "packaging.specifiers" in sys.modules,
         "status": {{r.name: r.status for r in records}},
     }}))
 """

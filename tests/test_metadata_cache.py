@@ -160,3 +160,20 @@ def test_no_cache_stores_nothing(site: Path, cache: Path, mark: Path) -> None:
     listing(site, cache)
     (kept,) = cache.glob("accelkw/listing-*.json")
     assert "gadget" in json.dumps(json.loads(kept.read_text())["listing"])
+
+
+def test_a_table_listing_keeps_no_fields_so_json_loads_once_for_them(
+    site: Path, cache: Path, mark: Path
+) -> None:
+    gadget(site, mark)
+    env = {"XDG_CACHE_HOME": str(cache)}
+    run_accelkw(["plugins", "list"], site=site, env=env)
+    mark.unlink()
+    assert "GadgetKwargs" in run_accelkw(["plugins", "list"], site=site, env=env).stdout
+    assert not mark.exists()
+    _, first, _ = listing(site, cache)
+    assert mark.exists(), "--json answered without the fields a table listing leaves out"
+    assert mine(first)["gadget"]["handlers"][0]["fields"][0]["name"] == "level"
+    mark.unlink()
+    _, warm, _ = listing(site, cache)
+    assert not mark.exists() and mine(warm) == mine(first)

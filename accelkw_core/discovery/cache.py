@@ -115,13 +115,17 @@ def cache_dir(env: Mapping[str, str] | None = None) -> str | None:
     return os.path.join(base, "accelkw")
 
 
-def entry_points(group: str, cache_folder: str | None) -> list[EntryPointInfo]:
+def entry_points(
+    group: str, cache_folder: str | None, stamp: list[Any] | None = None
+) -> list[EntryPointInfo]:
     """The entry points of ``group`` on ``sys.path``, from the cache in ``cache_folder`` if valid.
 
     ``cache_folder=None`` always scans. The result is what ``importlib_metadata.entry_points``
-    returns, in its order, with each distribution's name and version.
+    returns, in its order, with each distribution's name and version. ``stamp``: one the caller
+    took with :func:`stamp_of` just before (so it is not taken twice).
     """
-    stamp = stamp_of(group) if cache_folder is not None else None
+    if stamp is None and cache_folder is not None:
+        stamp = stamp_of(group)
     if stamp is None or cache_folder is None:
         return scan(group)
     path = os.path.join(cache_folder, f"entry-points-{_key(group)}.json")

@@ -8,7 +8,8 @@ that fixes it. pip does not prevent the mismatch: upgrading the core only warns,
 or editable installs skip the check.
 
 Versions are compared by PEP 440 (``packaging``, imported only when a distribution declares a
-range, and only on an entry-point cache miss: the verdict is cached with the entry points). One
+range, and only on an entry-point cache miss: the verdict is cached with the entry points); a
+plain requirement line is read with a regular expression, anything else by packaging. One
 deliberate reading: a pre-release of the core (``0.3.0rc1``, ``0.3.0.dev2``) is judged as the
 release it precedes, because it carries that release's API; so ``>=0.3,<0.4`` accepts
 ``0.3.0rc1`` and ``>=0.2,<0.3`` rejects ``0.3.0.dev2``. A range that itself names a pre-release
@@ -40,6 +41,16 @@ INCOMPATIBLE_VERDICTS = (CORE_TOO_NEW, CORE_TOO_OLD)
 # A requirement line on the core, before packaging parses it: cheap to test every line with.
 _ON_CORE = re.compile(r"^\s*accelkw[-_.]core(?![A-Za-z0-9_.-]*[A-Za-z0-9])", re.IGNORECASE)
 _HEADER = re.compile(r"^Requires-Dist:[ \t]*(.*?)\s*$", re.IGNORECASE | re.MULTILINE)
+# The plain form nearly every plugin writes, "accelkw-core>=0.2,<0.3" or "accelkw-core (>=0.2)":
+# no extras, marker or URL. Read without packaging.requirements, whose import (markers, tags,
+# subprocess, logging) costs a third of a listing on an entry-point cache miss.
+_PLAIN = re.compile(
+    r"^\s*accelkw[-_.]core\s*(?:\((?P<paren>[^()\[\];@]*)\)|(?P<bare>[^()\[\];@]*))\s*$",
+    re.IGNORECASE,
+)
+_SPEC = re.compile(
+    r"^\s*(~=|==|!=|<=|>=|<|>)\s*(\d+(?:\.\d+)*(?:\.\*)?(?:(?:a|b|rc)\d+)?(?:\.post\d+)?(?:\.dev\d+)?)\s*$"
+)
 
 
 def core_requirement(dist: Any) -> str | None:
@@ -53,6 +64,11 @@ def core_requirement(dist: Any) -> str | None:
     lines = [line for line in _requirement_lines(dist) if _ON_CORE.match(line)]
     if not lines:
         return None
+    plain = [_plain_specs(line) for line in lines]
+    if all(specs is not None for specs in plain):
+        # Each line's specifiers in packaging's order (below), lines in their order.
+        ordered = [sorted(specs or (), key=lambda s: (s[0] == "<", s)) for specs in plain]
+        return ",".join(spec for specs in ordered for spec in specs)
     from packaging.requirements import InvalidRequirement, Requirement
 
     specs: list[str] = []
@@ -70,6 +86,26 @@ def core_requirement(dist: Any) -> str | None:
             str(s) for s in sorted(req.specifier, key=lambda s: (s.operator[0] == "<", str(s)))
         )
     return ",".join(specs) if found else None
+
+
+def _plain_specs(line: str) -> list[str] | None:
+    """The specifiers of a plain requirement line, as packaging prints them; ``None``: not plain.
+
+    Anything else (extras, a marker, a URL, an odd specifier) goes to packaging.
+    """
+    match = _PLAIN.match(line)
+    if match is None:
+        return None
+    text = match["paren"] if match["paren"] is not None else match["bare"]
+    if not text.strip():
+        return []
+    out = []
+    for part in text.split(","):
+        spec = _SPEC.match(part)
+        if spec is None:
+            return None
+        out.append(spec[1] + spec[2])
+    return out
 
 
 def _requirement_lines(dist: Any) -> list[str]:

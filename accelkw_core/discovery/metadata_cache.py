@@ -40,11 +40,12 @@ GROUP = "accelkw"  # registry.ENTRY_POINT_GROUP, named here so that a listing im
 class Snapshot:
     """The key of a listing taken before a load, and where its records are kept."""
 
-    __slots__ = ("key", "path")
+    __slots__ = ("key", "path", "stamp")
 
-    def __init__(self, key: list[Any], path: str) -> None:
+    def __init__(self, key: list[Any], path: str, stamp: list[Any]) -> None:
         self.key = key
         self.path = path
+        self.stamp = stamp  # the entry-point cache's, in the key: a load may reuse it
 
 
 def key_of(
@@ -63,7 +64,7 @@ def key_of(
         return None
     variables = sorted([k, v] for k, v in env.items() if k.startswith("ACCELKW_"))
     key = [FORMAT, stamp, variables]
-    return Snapshot(key, os.path.join(folder, f"listing-{cache._key(group)}.json"))
+    return Snapshot(key, os.path.join(folder, f"listing-{cache._key(group)}.json"), stamp)
 
 
 def read(snapshot: Snapshot) -> dict[str, Any] | None:

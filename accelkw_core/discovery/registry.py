@@ -185,13 +185,16 @@ class Registry:
 
     # -- loading -------------------------------------------------------------------------------
 
-    def load(self) -> Registry:
-        """Discover and load entry-point plugins, once; later calls do nothing."""
+    def load(self, *, stamp: list[Any] | None = None) -> Registry:
+        """Discover and load entry-point plugins, once; later calls do nothing.
+
+        ``stamp``: the entry-point cache's stamp of this group, taken by the caller just before.
+        """
         if self._loaded:
             return self
         self._loaded = True
         if self.autoload:
-            found = cache.entry_points(self.group, self.cache_dir)
+            found = cache.entry_points(self.group, self.cache_dir, stamp)
             self._warn_unknown_names(found)
             for ep in found:
                 self._load_entry_point(ep)
