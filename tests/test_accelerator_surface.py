@@ -98,7 +98,7 @@ def test_a_prepared_scheduler_steps_only_on_real_steps() -> None:
     assert lrs == [0.5, 0.5, 0.25, 0.25]  # steps 1 and 3 were skipped
 
 
-@pytest.mark.filterwarnings("ignore:Detected call of `lr_scheduler.step\(\)` before")
+@pytest.mark.filterwarnings("ignore:Detected call of:UserWarning")  # stepped with no optimizer step
 def test_the_scheduler_steps_num_processes_times_and_honours_sync_and_total_steps() -> None:
     from accelkw_core.runtime.scheduler import AcceleratedScheduler
 
