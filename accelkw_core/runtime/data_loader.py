@@ -112,7 +112,7 @@ class PreparedDataLoader(DataLoader):  # type: ignore[misc]
         self.epoch = epoch
         sampler = getattr(self.batch_sampler, "batch_sampler", self.batch_sampler)
         inner = getattr(sampler, "sampler", None)
-        if hasattr(inner, "set_epoch"):
+        if inner is not None and hasattr(inner, "set_epoch"):
             inner.set_epoch(epoch)
         elif hasattr(self.dataset, "set_epoch"):
             self.dataset.set_epoch(epoch)
