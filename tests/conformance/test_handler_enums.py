@@ -22,7 +22,9 @@ def hook_types(accelerate: ModuleType) -> tuple[Any, Any]:
     return DDPCommunicationHookType, accelerate.utils.DDPCommunicationHookType
 
 
-def test_the_only_reference_enum_with_list_a_builtin_exposes(accelerate: ModuleType) -> None:
+def test_every_reference_enum_a_builtin_exposes_lists_and_tests_membership_alike(
+    accelerate: ModuleType,
+) -> None:
     import accelerate.utils.dataclasses as ref
 
     import accelkw_core.utils
@@ -33,7 +35,13 @@ def test_the_only_reference_enum_with_list_a_builtin_exposes(accelerate: ModuleT
         if isinstance(obj, type) and issubclass(obj, ref.BaseEnum) and obj is not ref.BaseEnum
     }
     exposed = with_list & set(accelkw_core.utils.__all__)
-    assert exposed == {"DDPCommunicationHookType"}
+    assert "DDPCommunicationHookType" in exposed
+    for name in sorted(exposed):
+        mine, theirs = getattr(accelkw_core.utils, name), getattr(ref, name)
+        assert mine.list() == theirs.list(), name
+        for value in theirs.list():
+            assert value in mine, (name, value)
+        assert "not-a-member" not in mine
 
 
 def test_members_list_str_and_repr(accelerate: ModuleType) -> None:
