@@ -20,13 +20,16 @@ import pytest
 from accelkw_core.discovery.cache import EntryPointInfo, cache_dir, stamp_of
 from tests.conftest import good_plugin, run_accelkw, run_python, write_dist
 
-# Loads the registry and reports what it found and whether the scan (importlib_metadata) ran.
+# Loads the registry and reports what it found and whether the scan ran (cache.scan called).
 PROBE = """
     import json, sys
+    from accelkw_core.discovery import cache
+    scans, scan = [], cache.scan
+    cache.scan = lambda group: scans.append(group) or scan(group)
     from accelkw_core.discovery.registry import Registry
     records = Registry().plugins()
     print(json.dumps({
-        "scanned": "importlib_metadata" in sys.modules,
+        "scanned": bool(scans),
         "plugins": [[r.name, r.distribution, r.version, r.status, r.entry_point] for r in records],
     }))
 """

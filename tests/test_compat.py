@@ -299,10 +299,13 @@ def test_no_warning_when_every_plugin_fits(site: Path) -> None:
 PROBE = """
     import json, sys
     {before}
+    from accelkw_core.discovery import cache
+    scans, scan = [], cache.scan
+    cache.scan = lambda group: scans.append(group) or scan(group)
     from accelkw_core.discovery.registry import Registry
     records = Registry().plugins()
     print(json.dumps({{
-        "scanned": "importlib_metadata" in sys.modules,
+        "scanned": bool(scans),
         "parsed": "packaging.specifiers" in sys.modules,
         "status": {{r.name: r.status for r in records}},
     }}))
