@@ -300,13 +300,16 @@ PROBE = """
     import json, sys
     {before}
     from accelkw_core.discovery import cache
+    from accelkw_core.discovery import compat
     scans, scan = [], cache.scan
     cache.scan = lambda group: scans.append(group) or scan(group)
+    judged, verdict = [], compat.verdict
+    compat.verdict = lambda *args: judged.append(args) or verdict(*args)
     from accelkw_core.discovery.registry import Registry
     records = Registry().plugins()
     print(json.dumps({{
         "scanned": bool(scans),
-        "parsed": "packaging.specifiers" in sys.modules,
+        "parsed": bool(judged),
         "status": {{r.name: r.status for r in records}},
     }}))
 """
@@ -346,3 +349,34 @@ def test_another_core_version_invalidates_the_cached_verdict(site: Path, tmp_pat
     again = probe(site, cache, before=older)
     assert again["scanned"], "the cache ignored the core's version"
     assert again["status"]["stale"] == "loaded"
+
+
+def test_plain_ranges_are_judged_as_packaging_judges_them() -> None:
+    from unittest import mock
+
+    # The verdict on final releases and plain operators is worked out without packaging.
+    specs = [
+        ">=0.2,<0.3",
+        "<0.3,>=0.2",
+        ">0.2",
+        ">=0.2.0",
+        "<=0.2",
+        "<0.2.1",
+        "==0.2",
+        "==0.2.0.0",
+        "!=0.2.0",
+        ">=1",
+        "<1,>=0.1,!=0.2.1",
+        "==0.3",
+        ">0.1,<0.2",
+    ]
+    cores = ["0.2", "0.2.0", "0.2.1", "0.1.9", "0.3.0", "1.0", "0.10.0"]
+    for spec in specs:
+        for core in cores:
+            fast = compat._plain_verdict(spec, core)
+            assert fast is not None, spec
+            with mock.patch.object(compat, "_plain_verdict", lambda s, c: None):
+                slow = compat.verdict(spec, core)
+            assert fast == slow, (spec, core, fast, slow)
+    for spec, core in [("~=0.2", "0.2.0"), ("==0.2.*", "0.2.0"), (">=0.2", "0.3.0rc1")]:
+        assert compat._plain_verdict(spec, core) is None

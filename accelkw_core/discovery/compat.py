@@ -142,6 +142,9 @@ def verdict(spec: str | None, core_version: str) -> str:
     """``ok``, ``no-range``, ``core-too-new`` or ``core-too-old`` for a range and the core."""
     if not spec:
         return NO_RANGE
+    plain = _plain_verdict(spec, core_version)
+    if plain is not None:
+        return plain
     from packaging.specifiers import InvalidSpecifier, SpecifierSet
     from packaging.version import InvalidVersion, Version
 
@@ -165,6 +168,48 @@ def verdict(spec: str | None, core_version: str) -> str:
         if s.operator in ("~=", "==", "===") and judged < Version(_bare(s.version)):
             return CORE_TOO_OLD
     return CORE_TOO_NEW
+
+
+_RELEASE = re.compile(r"^\d+(?:\.\d+)*$")
+_PLAIN_SPEC = re.compile(r"^\s*(==|!=|<=|>=|<|>)\s*(\d+(?:\.\d+)*)\s*$")
+
+
+def _plain_verdict(spec: str, core_version: str) -> str | None:
+    """:func:`verdict` for final releases compared by ``==``, ``!=``, ``<``, ``<=``, ``>``, ``>=``.
+
+    Those compare as zero-padded tuples (PEP 440), so packaging (a few ms to import on the first
+    listing after an install) is not needed; anything else (pre-releases, ``~=``, wildcards,
+    local versions) returns ``None`` and goes to packaging.
+    """
+    if not _RELEASE.match(core_version):
+        return None
+    parts = []
+    for text in spec.split(","):
+        match = _PLAIN_SPEC.match(text)
+        if match is None:
+            return None
+        parts.append((match[1], match[2]))
+    core = tuple(int(p) for p in core_version.split("."))
+    for operator, version in parts:
+        other = tuple(int(p) for p in version.split("."))
+        width = max(len(core), len(other))
+        a, b = core + (0,) * (width - len(core)), other + (0,) * (width - len(other))
+        holds = {
+            "==": a == b,
+            "!=": a != b,
+            "<": a < b,
+            "<=": a <= b,
+            ">": a > b,
+            ">=": a >= b,
+        }[operator]
+        if holds:
+            continue
+        if operator in (">", ">="):
+            return CORE_TOO_OLD
+        if operator == "==" and a < b:
+            return CORE_TOO_OLD
+        return CORE_TOO_NEW
+    return OK
 
 
 def _bare(version: str) -> str:
