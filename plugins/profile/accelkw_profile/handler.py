@@ -63,8 +63,8 @@ class ProfileKwargs(KwargsHandler):
     )
     schedule_option: dict[str, int] | None = handler_field(
         None,
-        doc="torch.profiler.schedule arguments: wait, warmup, active, repeat, skip_first "
-        "(wait and warmup default to 0; active is required).",
+        doc="torch.profiler.schedule arguments: wait, warmup, active (all three required, as "
+        "torch requires them), repeat, skip_first.",
     )
     on_trace_ready: Callable[..., Any] | None = handler_field(
         None, doc="Called with the profiler each time a schedule cycle's trace is ready."
@@ -126,14 +126,12 @@ class ProfileKwargs(KwargsHandler):
         return out
 
     def profiler_schedule(self) -> Callable[[int], Any] | None:
-        """``torch.profiler.schedule`` from ``schedule_option`` (wait and warmup default to 0)."""
+        """``torch.profiler.schedule`` from ``schedule_option``."""
         if self.schedule_option is None:
             return None
         import torch
 
-        schedule: Callable[[int], Any] = torch.profiler.schedule(
-            **{"wait": 0, "warmup": 0, **self.schedule_option}
-        )
+        schedule: Callable[[int], Any] = torch.profiler.schedule(**self.schedule_option)
         return schedule
 
     def build(self) -> torch.profiler.profile:
@@ -261,10 +259,14 @@ def _check_schedule(handler: str, options: dict[str, int]) -> None:
         least = 1 if key == "active" else 0
         if value < least:
             raise ConfigError(handler, f"schedule_option[{key!r}]", value, f"an integer >= {least}")
-    if "active" not in options:
+    missing = [k for k in ("wait", "warmup", "active") if k not in options]
+    if missing:
+        # torch.profiler.schedule requires all three, and so does Accelerate's build(): a
+        # schedule Accelerate refuses is refused here too, at construction.
         raise ConfigError(
             handler,
             "schedule_option",
             options,
-            "a mapping with an 'active' step count >= 1 (torch.profiler.schedule requires it)",
+            "a mapping with 'wait', 'warmup' and 'active' step counts (torch.profiler.schedule "
+            f"requires them; missing: {', '.join(missing)})",
         )

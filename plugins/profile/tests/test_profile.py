@@ -70,7 +70,7 @@ SCHEDULES = [
     {"wait": 3, "warmup": 2, "active": 1, "repeat": 1, "skip_first": 2},
     {"wait": 1, "warmup": 0, "active": 1, "repeat": 5},
     {"wait": 1, "warmup": 1, "active": 2, "repeat": 0},
-    {"active": 2, "repeat": 3},  # wait and warmup default to 0
+    {"wait": 0, "warmup": 0, "active": 2, "repeat": 3},
 ]
 
 
@@ -183,8 +183,9 @@ def test_an_activity_this_machine_lacks_is_a_clear_error_when_built() -> None:
         ({"activities": ["cpu", "cpu"]}, "activities", "at most once"),
         ({"schedule_option": {"wiat": 1, "active": 1}}, "schedule_option['wiat']", "did you mean 'wait'"),
         ({"schedule_option": {"skip_first_wait": 1, "active": 1}}, "schedule_option['skip_first_wait']", "skip_first"),
-        ({"schedule_option": {"wait": -1, "active": 1}}, "schedule_option['wait']", ">= 0"),
-        ({"schedule_option": {"active": 0}}, "schedule_option['active']", ">= 1"),
+        ({"schedule_option": {"wait": -1, "warmup": 0, "active": 1}}, "schedule_option['wait']", ">= 0"),
+        ({"schedule_option": {"wait": 0, "warmup": 0, "active": 0}}, "schedule_option['active']", ">= 1"),
+        ({"schedule_option": {"active": 2}}, "schedule_option", "missing: wait, warmup"),
         ({"schedule_option": {"wait": 1, "warmup": 1}}, "schedule_option", "'active'"),
         ({"schedule_option": {"active": "2"}}, "schedule_option['active']", "an integer"),
         ({"profile_ranks": [0, -1]}, "profile_ranks[1]", ">= 0"),
@@ -205,16 +206,22 @@ def test_bad_values_are_config_errors_that_name_the_key(
 
 def test_unknown_schedule_key_error_lists_the_allowed_keys() -> None:
     with pytest.raises(ConfigError, match="wait, warmup, active, repeat, skip_first"):
-        ProfileKwargs(schedule_option={"cycles": 3, "active": 1})
+        ProfileKwargs(schedule_option={"cycles": 3, "wait": 0, "warmup": 0, "active": 1})
 
 
 def test_from_mapping_reads_text_forms_and_never_imports_a_callable() -> None:
     handler = ProfileKwargs.from_mapping(
-        {"activities": "cpu", "schedule_option": '{"active": 2}', "profile_ranks": "[0, 1]"},
+        {
+            "activities": "cpu",
+            "schedule_option": '{"wait": 0, "warmup": 0, "active": 2}',
+            "profile_ranks": "[0, 1]",
+        },
         strings=True,
     )
     assert handler == ProfileKwargs(
-        activities=["cpu"], schedule_option={"active": 2}, profile_ranks=[0, 1]
+        activities=["cpu"],
+        schedule_option={"wait": 0, "warmup": 0, "active": 2},
+        profile_ranks=[0, 1],
     )
     with pytest.raises(ConfigError, match="on_trace_ready"):
         ProfileKwargs.from_mapping({"on_trace_ready": "os:system"})
