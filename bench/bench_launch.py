@@ -7,8 +7,8 @@ plain torch DDP under ``torchrun``; accelkw's ``Accelerator(cpu=True)`` under ``
 process, so ``--multi_gpu`` it is; with ``cpu=True`` it runs gloo on CPU). Rank 0 writes the
 wall-clock moment the first step ended on every rank, the steps per second of the following
 ``STEPS`` steps, and the final loss. Printed: time to first step (from starting the launcher),
-steps/s, and whether the three final losses are bit-identical; runs interleaved, a warm-up
-round first. Targets: accelkw launch adds <= 0.2 s to torchrun's time to first step; steps/s
+steps/s (and rank 0's CPU time per step, which a busy machine stretches less), and whether the
+three final losses are bit-identical; runs interleaved, a warm-up round first. Targets: accelkw launch adds <= 0.2 s to torchrun's time to first step; steps/s
 within 3% of torchrun's.
 
     python bench/bench_launch.py [--repeats 3]
@@ -71,14 +71,15 @@ def step(x, y):
 step(*data[0])
 barrier()
 first = time.time()
-start = time.perf_counter()
+start, cpu = time.perf_counter(), time.process_time()
 for x, y in data[1:]:
     loss = step(x, y)
 barrier()
 rate = steps / (time.perf_counter() - start)
+cpu_ms = (time.process_time() - cpu) / steps * 1000
 if rank == 0:
     with open(out, "w") as fh:
-        json.dump({"first": first, "rate": rate, "loss": loss.item().hex()}, fh)
+        json.dump({"first": first, "rate": rate, "cpu": cpu_ms, "loss": loss.item().hex()}, fh)
 """
 
 
@@ -145,7 +146,12 @@ def run(cmd: list[str], out: Path, env: dict[str, str]) -> dict[str, float | str
         done = subprocess.run(cmd, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
         if done.returncode == 0:
             data = json.loads(out.read_text())
-            return {"first": data["first"] - start, "rate": data["rate"], "loss": data["loss"]}
+            return {
+                "first": data["first"] - start,
+                "rate": data["rate"],
+                "cpu": data["cpu"],
+                "loss": data["loss"],
+            }
         # A port taken between choosing it and binding it is the usual cause: try once more.
         tail = done.stderr.decode(errors="replace")[-800:]
         print(f"  (run failed with status {done.returncode}, attempt {attempt}): {tail}")
@@ -179,10 +185,12 @@ def main(argv: list[str] | None = None) -> int:
     for name, values in samples.items():
         first = [float(v["first"]) for v in values]
         rate = [float(v["rate"]) for v in values]
+        cpu = [float(v["cpu"]) for v in values]
         print(
             f"  {name:<18} first step {statistics.median(first):6.3f} s "
             f"(min {min(first):.3f}, max {max(first):.3f})   "
             f"{statistics.median(rate):7.1f} steps/s (min {min(rate):.1f}, max {max(rate):.1f})"
+            f"   rank-0 CPU {statistics.median(cpu):.3f} ms/step"
         )
     base = samples["torchrun"]
     for name in list(builders)[1:]:
@@ -199,8 +207,11 @@ def main(argv: list[str] | None = None) -> int:
         print(
             f"  {name} adds {extra:+.3f} s to the first step (median of paired differences) {note}"
         )
+        cpus = [float(b["cpu"]) / float(a["cpu"]) for a, b in zip(base, samples[name], strict=True)]
+        cpu = statistics.median(cpus)
         rnote = f"target >= 0.97   {verdict(rate >= 0.97)}" if "accelkw" in name else ""
         print(f"  {name} steps/s {rate:.3f}x torchrun's (median of paired ratios) {rnote}")
+        print(f"  {name} rank-0 CPU per step {cpu:.3f}x torchrun's (median of paired ratios)")
     losses = {name: {str(v["loss"]) for v in values} for name, values in samples.items()}
     same = len(set().union(*losses.values())) == 1
     shown = {name: float.fromhex(next(iter(v))) for name, v in losses.items()}
