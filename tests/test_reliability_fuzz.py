@@ -36,6 +36,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from accelkw_core.config.settings import resolve_settings
+from accelkw_core.discovery.catalog import BUILTINS as CATALOG
 from accelkw_core.handlers.validation import field_specs
 from accelkw_core.plugin import ConfigError, KwargsHandler, hookimpl
 from accelkw_core.testing import isolated_registry
@@ -58,14 +59,8 @@ settings.register_profile(
 SLOW = os.environ.get("HYPOTHESIS_PROFILE") == "slow"
 FUZZ = settings.get_profile("accelkw-fuzz-slow" if SLOW else "accelkw-fuzz")
 
-# The built-in handlers by registry name, with the package that provides each.
-BUILTINS = {
-    "autocast": ("accelkw_autocast", "AutocastKwargs"),
-    "ddp": ("accelkw_ddp", "DistributedDataParallelKwargs"),
-    "grad_scaler": ("accelkw_grad_scaler", "GradScalerKwargs"),
-    "process_group": ("accelkw_process_group", "InitProcessGroupKwargs"),
-    "profile": ("accelkw_profile", "ProfileKwargs"),
-}
+# The built-in handlers by registry name, with the package that provides each (the catalog).
+BUILTINS = {b.name: (b.module, b.cls) for b in CATALOG}
 
 # Values that are valid, or nearly so, for fields of the built-ins, beyond what the annotation
 # says: a fuzzer that only draws random text never finds 'cpu:gloo,cuda:nccl'.

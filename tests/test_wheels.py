@@ -168,14 +168,15 @@ def test_wheels_ship_py_typed_and_install_non_editable(built: Built) -> None:
     assert not any("__editable__" in n or n.endswith(".pth") for n in names)
 
     purelib = Path(sysconfig.get_path("purelib", vars={"base": str(built.venv.root)}))
+    examples = [project_name(p).replace("-", "_") for p in EXAMPLES]
     where = json.loads(
         built.venv.python_code(
             "where",
-            """
+            f"""
             import json, importlib
-            mods = ["accelkw_core", "accelkw_autocast", "accelkw_ddp", "accelkw_grad_scaler",
-                    "accelkw_process_group", "accelkw_profile", "accelkw_seed"]
-            print(json.dumps({m: importlib.import_module(m).__file__ for m in mods}))
+            from accelkw_core.discovery.catalog import BUILTINS
+            mods = ["accelkw_core", *(b.module for b in BUILTINS), *{examples!r}]
+            print(json.dumps({{m: importlib.import_module(m).__file__ for m in mods}}))
             """,
         )
     )
@@ -216,7 +217,18 @@ def test_a_two_process_run_composes_every_builtin(built: Built) -> None:
     summary = json.loads("\n".join(lines[next(i for i, x in enumerate(lines) if x == "{") :]))
     assert summary["world_size"] == 2
     installed = {h["name"] for p in built.venv.listing("list").values() for h in p["handlers"]}
-    assert set(summary["handlers"]) == installed
+    opt_in = json.loads(
+        built.venv.python_code(
+            "opt-in handlers",
+            """
+            import json
+            from accelkw_core import get_registry
+            handlers = get_registry().handlers().items()
+            print(json.dumps([name for name, info in handlers if info.cls.opt_in]))
+            """,
+        )
+    )
+    assert set(summary["handlers"]) == installed - set(opt_in)  # opt-in ones compose on request
     assert summary["param_spread"] == 0.0, "DDP did not keep the ranks' parameters identical"
 
 
