@@ -11,19 +11,9 @@ import pytest
 import torch
 
 from accelkw_core import Accelerator, ConfigError
-from accelkw_core.plugin import KwargsHandler, Plan, StepContext, hookimpl
-from accelkw_core.testing import isolated_registry, make_state
+from accelkw_core.plugin import KwargsHandler, Plan, StepContext
+from accelkw_core.testing import isolated_registry, make_state, plugin_of
 from accelkw_core.utils import DistributedType
-
-
-def plugin_of(*classes: type[KwargsHandler]) -> object:
-    class Plugin:
-        @hookimpl
-        def accelkw_register_handlers(self, register: Callable[[type], None]) -> None:
-            for c in classes:
-                register(c)
-
-    return Plugin()
 
 
 @dataclass

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -11,6 +10,7 @@ import pytest
 from accelkw_core import AcceleratorState, ComposeError, HandlerApplyError, KwargsHandler
 from accelkw_core.plugin import hookimpl
 from accelkw_core.runtime.composition import compose, order_handlers, resolve_handlers
+from accelkw_core.testing import plugin_of
 
 
 def handler(name: str, after: tuple[str, ...] = (), fail: bool = False) -> type[KwargsHandler]:
@@ -28,16 +28,6 @@ def handler(name: str, after: tuple[str, ...] = (), fail: bool = False) -> type[
     cls.__annotations__ = {"value": int}
     cls.value = 0
     return dataclass(cls)
-
-
-def plugin_of(*classes: type[KwargsHandler]) -> object:
-    class Plugin:
-        @hookimpl
-        def accelkw_register_handlers(self, register: Callable[[type], None]) -> None:
-            for c in classes:
-                register(c)
-
-    return Plugin()
 
 
 def test_defaults_fill_in_every_enabled_installed_handler(fresh_registry: Any) -> None:

@@ -32,19 +32,9 @@ from accelkw_core.plugin import (
     hookimpl,
 )
 from accelkw_core.runtime.composition import compose, order_handlers
-from accelkw_core.testing import isolated_registry, make_state
+from accelkw_core.testing import isolated_registry, make_state, plugin_of
 
 REPO = Path(__file__).resolve().parent.parent
-
-
-def plugin_of(*classes: type[KwargsHandler]) -> object:
-    class Plugin:
-        @hookimpl
-        def accelkw_register_handlers(self, register: Callable[[type], None]) -> None:
-            for c in classes:
-                register(c)
-
-    return Plugin()
 
 
 def contributing(name: str, point: str, value: Any = None, **attrs: Any) -> type[KwargsHandler]:

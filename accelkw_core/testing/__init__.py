@@ -14,6 +14,7 @@ from accelkw_core.testing.helpers import (
     isolated_registry,
     make_state,
     modules_loaded_by,
+    plugin_of,
     run_workers,
 )
 
@@ -27,5 +28,6 @@ __all__ = [
     "isolated_registry",
     "make_state",
     "modules_loaded_by",
+    "plugin_of",
     "run_workers",
 ]

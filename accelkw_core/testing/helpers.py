@@ -31,6 +31,7 @@ __all__ = [
     "isolated_registry",
     "make_state",
     "modules_loaded_by",
+    "plugin_of",
     "run_workers",
 ]
 
@@ -79,6 +80,22 @@ def apply_handler(
     handler.apply(state)
     state.handlers[handler_key(handler)] = handler
     return state
+
+
+def plugin_of(*classes: type[KwargsHandler]) -> object:
+    """A plugin object that registers ``classes``: for :func:`isolated_registry` in tests."""
+    from accelkw_core.discovery.hookspecs import hookimpl
+
+    class Plugin:
+        @hookimpl
+        def accelkw_register_handlers(self, register: Callable[[type], None]) -> None:
+            for cls in classes:
+                register(cls)
+
+        def __repr__(self) -> str:
+            return f"plugin_of({', '.join(c.__name__ for c in classes)})"
+
+    return Plugin()
 
 
 def isolated_registry(plugins: Iterable[object] = (), **kwargs: Any) -> Registry:
