@@ -122,7 +122,7 @@ def cmd_list(args: argparse.Namespace) -> int:
             for message in listing["typos"]:  # as config_warnings prints them after a load
                 print(f"accelkw: warning: {message}", file=sys.stderr)
     if listing is None:
-        listing = _load_listing(snapshot, fields=args.json)
+        listing = _load_listing(snapshot, fields=args.json or args.refresh)
     return _print_listing(args, listing)
 
 
