@@ -330,3 +330,33 @@ def test_collect_errors_keeps_every_error_and_falls_back_to_defaults(tmp_path: P
     for part in ("cast.enabled: got 2", "handlers.zzz", "knobs.level: got -1"):
         assert part in messages
     assert knobs(s).handler.level == 1
+
+
+def test_a_handler_set_by_file_and_env_is_constructed_once(tmp_path: Path) -> None:
+    from dataclasses import dataclass
+
+    from accelkw_core.runtime.composition import compose
+    from accelkw_core.runtime.state import AcceleratorState
+    from accelkw_core.testing import isolated_registry, plugin_of
+
+    built: list[int] = []
+
+    @dataclass
+    class Counted(rh.KnobsKwargs):
+        def check_values(self) -> None:  # runs once per construction
+            built.append(self.level)
+            super().check_values()
+
+    registry = isolated_registry([plugin_of(Counted)])
+    (tmp_path / "accelkw.toml").write_text("[handlers.knobs]\nlevel = 2\nratio = 0.25\n")
+    Counted()  # the default instance, built once per class for to_kwargs(), is not counted
+    built.clear()
+    settings = resolve_settings(
+        config=tmp_path / "accelkw.toml", env={"ACCELKW_KNOBS__VERBOSE": "true"}, registry=registry
+    )
+    assert built == [2]  # one construction from the file and the environment together
+    (hs,) = settings.handlers
+    assert (hs.handler.level, hs.handler.ratio, hs.handler.verbose) == (2, 0.25, True)
+    built.clear()
+    compose(AcceleratorState(cpu=True), registry=registry, settings=settings)
+    assert built == []  # compose applies what was resolved: no second resolve or build

@@ -27,7 +27,7 @@ from accelkw_core.discovery.registry import Registry, get_registry
 from accelkw_core.discovery.required_plugins import check_requirements
 from accelkw_core.errors import AccelkwError, ConfigError, ConfigWarning, suggest
 from accelkw_core.handlers.base import KwargsHandler
-from accelkw_core.handlers.validation import build_handler
+from accelkw_core.handlers.validation import coerce_values
 from accelkw_core.runtime.composition import (
     conflicting_defaults,
     handler_key,
@@ -303,15 +303,15 @@ def _build(
     if table:
         where = cfg.where(f"handlers.{name}")
         try:
-            parsed = build_handler(cls, table, import_callables=imports)
+            parsed = coerce_values(cls, table, import_callables=imports)
         except ConfigError as exc:
             raise exc.with_source(where) from None
-        for key in table:
-            values[key], sources[key] = getattr(parsed, key), f"file {where}"
+        for key, value in parsed.items():
+            values[key], sources[key] = value, f"file {where}"
     if env_fields:
         raw = {f: v for f, (_, v) in env_fields.items()}
         try:
-            parsed = build_handler(cls, raw, strings=True, import_callables=imports)
+            parsed = coerce_values(cls, raw, strings=True, import_callables=imports)
         except ConfigError as exc:
             base = exc.field.split("[", 1)[0]
             var = (
@@ -321,7 +321,7 @@ def _build(
             )
             raise exc.with_source(f"environment variable {var}") from None
         for key, (var, _) in env_fields.items():
-            values[key], sources[key] = getattr(parsed, key), f"env {var}"
+            values[key], sources[key] = parsed[key], f"env {var}"
     if code_handler is not None:
         explicit = code_handler.explicit_kwargs()
         if not values:

@@ -17,7 +17,14 @@ from typing import Any, TypeVar
 from accelkw_core.errors import ConfigError, Mismatch, suggest
 from accelkw_core.handlers.coercion import coerce, describe_type, parse_duration
 
-__all__ = ["build_handler", "check_instance", "describe_type", "field_specs", "parse_duration"]
+__all__ = [
+    "build_handler",
+    "check_instance",
+    "coerce_values",
+    "describe_type",
+    "field_specs",
+    "parse_duration",
+]
 
 H = TypeVar("H")
 
@@ -81,6 +88,26 @@ def build_handler(
     without it, configuration never imports or runs code.
     """
     label = handler_label(cls)
+    values = coerce_values(cls, data, strings=strings, import_callables=import_callables)
+    try:
+        return cls(**values)
+    except ConfigError:
+        raise
+    except Exception as exc:
+        raise ConfigError(
+            label, "<construction>", dict(data), f"values {cls.__name__} accepts: {exc}"
+        ) from exc
+
+
+def coerce_values(
+    cls: type, data: Mapping[str, Any], *, strings: bool = False, import_callables: bool = False
+) -> dict[str, Any]:
+    """Every key and value of ``data`` checked and converted for ``cls``, without building it.
+
+    What :func:`build_handler` passes to the constructor; settings merged from several sources
+    use it to build each handler once, from all of them together.
+    """
+    label = handler_label(cls)
     if not isinstance(data, Mapping):
         raise ConfigError(label, "<table>", data, "a table of field = value")
     specs = field_specs(cls)
@@ -96,14 +123,7 @@ def build_handler(
                 suggestion=hint,
             )
         values[key] = _coerce_field(label, specs[key], raw, strings, False, import_callables)
-    try:
-        return cls(**values)
-    except ConfigError:
-        raise
-    except Exception as exc:
-        raise ConfigError(
-            label, "<construction>", dict(data), f"values {cls.__name__} accepts: {exc}"
-        ) from exc
+    return values
 
 
 def check_instance(handler: Any, *, normalise: bool = True) -> None:
