@@ -4,6 +4,7 @@
   ``Accelerator(gradient_accumulation_steps=4)`` with ``accumulate``/``backward``/``step`` as an
   Accelerate script writes it, against DDP with ``no_sync`` on the first three micro-steps and
   the loss divided by 4 by hand.
+- ``ddp``: one DDP step (fp32) against ``DistributedDataParallel`` by hand, 2 gloo processes.
 - ``fsdp``: FSDP2 on 2 gloo processes: ``Accelerator(fsdp_plugin=FullyShardedDataParallelPlugin())``
   against ``fully_shard`` applied by hand to the same modules the plugin sharded.
 - ``compile``: one process, ``Accelerator(dynamo_backend=B)`` against ``torch.compile(model,
@@ -17,7 +18,7 @@ Each loop pair runs interleaved in blocks of ``--steps`` steps (order alternatin
 barriers. Per-step ratio: median over rounds of accelkw/hand (wall and thread CPU). Target each
 <= 1.03.
 
-    python bench/bench_loops.py [--repeats 20] [--steps 10] [--only accum fsdp compile forward]
+    python bench/bench_loops.py [--repeats 20] [--steps 10] [--only accum ddp fsdp compile forward]
 """
 
 from __future__ import annotations
@@ -110,6 +111,36 @@ def accum_loops() -> dict[str, Callable[[], None]]:
             with ctx:
                 loss = mse(raw(x), y) / MICRO
                 loss.backward()
+        raw_opt.step()
+        raw_opt.zero_grad()
+
+    return {"hand": hand, "accelkw": ours}
+
+
+def ddp_loops() -> dict[str, Callable[[], None]]:
+    """One DDP step a call, fp32: the loop of bench_launch.py, timed in the same processes."""
+    import torch.distributed as dist
+
+    from accelkw_core import Accelerator
+
+    acc = Accelerator(cpu=True)
+    model = mlp()
+    model, opt = acc.prepare(model, torch.optim.AdamW(model.parameters(), lr=1e-3))
+    assert dist.is_initialized(), "the accelkw loop did not start a process group"
+    x, y = torch.randn(BATCH, WIDTH), torch.randn(BATCH, 1)
+
+    def ours() -> None:
+        loss = mse(model(x), y)
+        acc.backward(loss)
+        opt.step()
+        opt.zero_grad()
+
+    raw = torch.nn.parallel.DistributedDataParallel(mlp())
+    raw_opt = torch.optim.AdamW(raw.parameters(), lr=1e-3)
+
+    def hand() -> None:
+        loss = mse(raw(x), y)
+        loss.backward()
         raw_opt.step()
         raw_opt.zero_grad()
 
@@ -265,7 +296,7 @@ def worker(kind: str, steps: int, repeats: int, out: str) -> None:
     import torch.distributed as dist
 
     torch.set_num_threads(1)
-    loops = accum_loops() if kind == "accum" else fsdp_loops()
+    loops = {"accum": accum_loops, "ddp": ddp_loops, "fsdp": fsdp_loops}[kind]()
     samples = interleave(loops, steps, repeats, dist.barrier)
     if os.environ.get("BENCH_PROFILE"):  # where the accelkw loop's time goes, on rank 0
         import cProfile
@@ -317,7 +348,10 @@ def main() -> int:
     parser.add_argument("--steps", type=int, default=10)
     parser.add_argument("--backends", nargs="+", default=["aot_eager"])
     parser.add_argument(
-        "--only", nargs="+", default=["accum", "fsdp", "compile", "forward"], metavar="LOOP"
+        "--only",
+        nargs="+",
+        default=["accum", "ddp", "fsdp", "compile", "forward"],
+        metavar="LOOP",
     )
     parser.add_argument("--worker", help=argparse.SUPPRESS)
     parser.add_argument("--out", help=argparse.SUPPRESS)
@@ -334,6 +368,9 @@ def main() -> int:
     if "accum" in args.only:
         samples = two_processes("accum", args.steps, args.repeats)
         report(f"gradient accumulation, {MICRO} micro-steps per step, 2-process DDP", samples)
+    if "ddp" in args.only:
+        samples = two_processes("ddp", args.steps, args.repeats)
+        report("DDP, one step a call, fp32, 2 processes (bench_launch.py's loop)", samples)
     if "fsdp" in args.only:
         samples = two_processes("fsdp", args.steps, args.repeats)
         report("FSDP2 (fully_shard), 2 processes", samples)
