@@ -34,6 +34,7 @@ AUTOCAST_TARGET_US = 1.0
 
 
 def mlp() -> torch.nn.Module:
+    """The benchmark's MLP (``WIDTH``, ``LAYERS``; :func:`fixed_overhead` shrinks them)."""
     torch.manual_seed(0)
     layers: list[torch.nn.Module] = []
     for i in range(LAYERS):
@@ -210,6 +211,40 @@ def autocast_overhead(accs: dict[str, Any], repeats: int, n: int = 20000) -> flo
     return extra
 
 
+def fixed_overhead(repeats: int, steps: int = 200) -> None:
+    """Per-step time the loop itself adds, on a model small enough for the loop to dominate.
+
+    A ``Linear(8, 1)``, batch 4: the difference to plain torch is what accelkw's (and
+    Accelerate's) Python adds to every step, whatever the model; divided by the large model's
+    step time it is the overhead ratio, free of the noise two big loops show on a busy machine.
+    """
+    global WIDTH, LAYERS, BATCH
+    saved = WIDTH, LAYERS, BATCH
+    WIDTH, LAYERS, BATCH = 8, 1, 4
+    try:
+        loops = {
+            "plain": plain_loop(torch.bfloat16, False),
+            "accelkw": accelerator_loop("bf16")[0],
+            "Accelerate": accelerator_loop("bf16", accelerate=True)[0],
+        }
+        x, y = torch.randn(BATCH, WIDTH), torch.randn(BATCH, 1)
+        for fn in loops.values():
+            per_step(fn, x, y, 20)
+        us: dict[str, list[float]] = {n: [] for n in loops}
+        for r in range(repeats):
+            for n in loops if r % 2 == 0 else reversed(list(loops)):
+                us[n].append(per_step(loops[n], x, y, steps)[1] * 1e6)
+    finally:
+        WIDTH, LAYERS, BATCH = saved
+    base = statistics.median(us["plain"])
+    print(f"fixed per-step cost (Linear(8, 1), batch 4, bf16; thread CPU, {repeats} x {steps})")
+    for n, values in us.items():
+        print(
+            f"  {n:<11} median {statistics.median(values):7.1f} us/step "
+            f"(min {min(values):.1f})   {statistics.median(values) - base:+6.1f} us over plain"
+        )
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--repeats", type=int, default=40)
@@ -232,8 +267,20 @@ def main(argv: list[str] | None = None) -> int:
         f"accelkw handlers: {', '.join(acc.state.handlers)}"
     )
     print(f"MLP {LAYERS}x{WIDTH}, batch {BATCH}, AdamW, {args.steps} steps x {args.repeats}")
-    loops = {"plain": plain_loop(torch.bfloat16, False), "accelkw": accel, "Accelerate": hf}
-    compare("bf16 autocast, no scaler (profiler off)", loops, args.steps, args.repeats)
+    loops = {
+        "plain": plain_loop(torch.bfloat16, False),
+        "accelkw": accel,
+        "Accelerate": hf,
+        "plain again": plain_loop(torch.bfloat16, False),
+    }
+    ratios = compare("bf16 autocast, no scaler (profiler off)", loops, args.steps, args.repeats)
+    # A second, identical plain loop: how far two copies of one loop drift apart on this
+    # machine, the resolution of the ratios above.
+    print(
+        f"  resolution: plain again/plain {ratios['plain again/plain wall']:.3f} wall, "
+        f"{ratios['plain again/plain cpu']:.3f} cpu (identical loops)"
+    )
+    fixed_overhead(args.repeats)
     autocast_overhead({"accelkw": acc, "Accelerate": hf_acc}, args.repeats)
     if args.fp16:
         accel16, acc16, seen16 = accelerator_loop("fp16")
