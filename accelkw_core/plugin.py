@@ -7,6 +7,7 @@ working across releases of the same minor version; see the versioning policy in 
 from accelkw_core.discovery.hookspecs import hookimpl
 from accelkw_core.errors import AccelkwError, ConfigError, PointConflictError, suggest
 from accelkw_core.handlers.base import KwargsHandler, handler_field
+from accelkw_core.handlers.enums import ReferenceEnum
 from accelkw_core.handlers.plan import Plan, PlanStep
 from accelkw_core.runtime.points import POINTS, ExtensionPoint
 from accelkw_core.runtime.state import AcceleratorState, Contribution
@@ -23,6 +24,7 @@ __all__ = [
     "Plan",
     "PlanStep",
     "PointConflictError",
+    "ReferenceEnum",
     "StepContext",
     "handler_field",
     "hookimpl",

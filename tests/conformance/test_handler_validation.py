@@ -29,8 +29,15 @@ def program(name: str, cls: type, kwargs: dict[str, Any]) -> Any:
     if name == "grad_scaler":
         torch.amp.GradScaler("cpu", **result)
     elif name == "autocast":
-        with torch.autocast("cpu", dtype=torch.bfloat16, **result):
-            pass
+        saved = torch.is_autocast_enabled("cpu"), torch.get_autocast_dtype("cpu")
+        try:
+            with torch.autocast("cpu", dtype=torch.bfloat16, **result):
+                pass
+        finally:
+            # torch.autocast.__enter__ that raises on a bad value (cache_enabled="no") has
+            # already switched autocast on; later tests would run under it.
+            torch.set_autocast_enabled("cpu", saved[0])
+            torch.set_autocast_dtype("cpu", saved[1])
     elif name == "profile":
         handler.build()
     return result

@@ -2,12 +2,10 @@
 
 from __future__ import annotations
 
-import builtins
-import enum
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, ClassVar
 
-from accelkw_core.plugin import ConfigError, KwargsHandler, Plan, handler_field
+from accelkw_core.plugin import ConfigError, KwargsHandler, Plan, ReferenceEnum, handler_field
 
 if TYPE_CHECKING:
     from accelkw_core.plugin import AcceleratorState
@@ -18,7 +16,7 @@ NAME = "compile"
 MODES = ("default", "reduce-overhead", "max-autotune", "max-autotune-no-cudagraphs")
 
 
-class DynamoBackend(enum.StrEnum):
+class DynamoBackend(ReferenceEnum):
     """Accelerate's backend names (upper-case values); torch takes them lower-cased."""
 
     NO = "NO"
@@ -37,11 +35,6 @@ class DynamoBackend(enum.StrEnum):
     TVM = "TVM"
     HPU_BACKEND = "HPU_BACKEND"
     NEURON = "NEURON"
-
-    @classmethod
-    def list(cls) -> builtins.list[str]:
-        """Every value, in declaration order (Accelerate's ``BaseEnum.list``)."""
-        return [str(member) for member in cls]
 
 
 def check_backend(backend: str) -> None:

@@ -2,14 +2,12 @@
 
 from __future__ import annotations
 
-import builtins
-import enum
 import inspect
 from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, ClassVar, Literal
 
-from accelkw_core.plugin import ConfigError, KwargsHandler, Plan, handler_field
+from accelkw_core.plugin import ConfigError, KwargsHandler, Plan, ReferenceEnum, handler_field
 from accelkw_ddp._comm_hooks import (
     POWER_SGD_HOOKS,
     CommHook,
@@ -37,21 +35,7 @@ DDP_FIELDS = (
 COMM_FIELDS = ("comm_hook", "comm_wrapper", "comm_state_option")
 
 
-class _ContainsByValue(enum.EnumMeta):
-    """``"fp16" in DDPCommunicationHookType``: membership by value, as Accelerate's enums have.
-
-    Python 3.11's ``in`` raises ``TypeError`` for anything but a member; 3.12 accepts values.
-    """
-
-    def __contains__(cls, item: object) -> bool:
-        try:
-            cls(item)
-        except ValueError:
-            return False
-        return True
-
-
-class DDPCommunicationHookType(enum.StrEnum, metaclass=_ContainsByValue):
+class DDPCommunicationHookType(ReferenceEnum):
     """The DDP communication hooks (reference values; a member compares equal to its string)."""
 
     NO = "no"
@@ -59,11 +43,6 @@ class DDPCommunicationHookType(enum.StrEnum, metaclass=_ContainsByValue):
     BF16 = "bf16"
     POWER_SGD = "power_sgd"
     BATCHED_POWER_SGD = "batched_power_sgd"
-
-    @classmethod
-    def list(cls) -> builtins.list[str]:
-        """Every value, in declaration order: ``['no', 'fp16', 'bf16', ...]`` (Accelerate's)."""
-        return [str(member) for member in cls]
 
 
 _NO = DDPCommunicationHookType.NO
