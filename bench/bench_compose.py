@@ -169,15 +169,16 @@ def per_step_cost(repeats: int, steps: int = 200) -> None:
                 loops[size]()
             if r:  # round 0 warms up
                 samples[size].append((time.thread_time() - start) / steps)
-    base = statistics.median(samples[0])
     print(
         f"per step, tiny model, every per-step point (forward_context, forward_output, "
-        f"around_step, after_step) populated; thread CPU, {repeats} x {steps} steps"
+        f"around_step, after_step) populated; thread CPU, {repeats} x {steps} steps; the cost "
+        "per handler is the median over rounds of (t(N) - t(0)) / N within each round"
     )
     per: dict[int, float] = {}
     for size in sizes:
         med = statistics.median(samples[size])
-        extra = (med - base) / size if size else 0.0
+        pairs = [(t - t0) / size for t, t0 in zip(samples[size], samples[0], strict=True)]
+        extra = statistics.median(pairs) if size else 0.0
         per[size] = extra
         print(
             f"  {size:>3} handlers/point: {med * 1e6:8.1f} us/step "
