@@ -177,7 +177,7 @@ def per_step_cost(repeats: int, steps: int = 200) -> None:
     per: dict[int, float] = {}
     for size in sizes:
         med = statistics.median(samples[size])
-        pairs = [(t - t0) / size for t, t0 in zip(samples[size], samples[0], strict=True)]
+        pairs = [(t - t0) / max(size, 1) for t, t0 in zip(samples[size], samples[0], strict=True)]
         extra = statistics.median(pairs) if size else 0.0
         per[size] = extra
         print(
