@@ -7,7 +7,7 @@ import os
 import subprocess
 import sys
 import textwrap
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -150,15 +150,3 @@ def _private_cache_home(tmp_path_factory: pytest.TempPathFactory) -> Any:
         os.environ.pop("XDG_CACHE_HOME", None)
     else:
         os.environ["XDG_CACHE_HOME"] = previous
-
-
-@pytest.fixture(autouse=True)
-def _no_autocast_left_on() -> Iterator[None]:
-    """Fail the test that leaves CPU autocast switched on, instead of the tests after it."""
-    import torch
-
-    before = torch.is_autocast_enabled("cpu")
-    yield
-    leaked = torch.is_autocast_enabled("cpu") != before
-    torch.set_autocast_enabled("cpu", before)
-    assert not leaked, "the test left CPU autocast switched on"

@@ -43,6 +43,17 @@ def _wrapped_forward(
     factories: Sequence[ContextFactory],
     outputs: Sequence[Callable[[Any], Any]],
 ) -> Callable[..., Any]:
+    if len(factories) == 1 and len(outputs) == 1:
+        # The common case (mixed precision): one frame around the forward, as a hand-written
+        # `with torch.autocast(...)` plus the output cast would be.
+        context, convert = factories[0], outputs[0]
+
+        def autocast_forward(*args: Any, **kwargs: Any) -> Any:
+            with context():
+                result = forward(*args, **kwargs)
+            return convert(result)
+
+        return autocast_forward
     if len(factories) == 1:
         only = factories[0]
 

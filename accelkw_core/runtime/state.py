@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import logging
 import os
 import time
 from collections.abc import Callable, Mapping
@@ -167,6 +166,8 @@ class AcceleratorState:
         applied, DEBUG otherwise), quiet unless the application or ``ACCELKW_LOG_LEVEL`` says.
         """
         self.log.append(LogEntry(handler, message, applied))
+        import logging  # here, not at module level: plugins import this tier when listed
+
         logger = logging.getLogger(f"accelkw.{handler}")
         level = logging.INFO if applied else logging.DEBUG
         if logger.isEnabledFor(level):
@@ -179,6 +180,8 @@ class AcceleratorState:
         times = self.timings.setdefault(handler, {})
         # A handler may stack several teardowns: their times add up.
         times[f"{what}_ms"] = times.get(f"{what}_ms", 0.0) + ms
+        import logging
+
         logging.getLogger(f"accelkw.{handler}").debug(
             "rank %d: %s took %.2f ms", self.rank, what, ms
         )

@@ -125,9 +125,11 @@ class AutocastKwargs(KwargsHandler):
         if not self.enabled:
             text += "; autocasting explicitly turned off inside it"
         plan.contribute("forward_context", self.factory(state), text, provides=("mixed_precision",))
+        import torch
+
         plan.contribute(
             "forward_output",
-            outputs_to_fp32,
+            _fp32_converter(torch),
             "prepared models return float32 outputs (half-precision tensors converted)",
         )
         return plan
@@ -137,17 +139,26 @@ def outputs_to_fp32(outputs: Any) -> Any:
     """``outputs`` with every float16/bfloat16 tensor (nested lists, tuples, dicts) in float32."""
     import torch
 
-    if isinstance(outputs, torch.Tensor):
-        if outputs.dtype in (torch.float16, torch.bfloat16):
-            return outputs.float()
+    return _fp32_converter(torch)(outputs)
+
+
+def _fp32_converter(torch: Any) -> Callable[[Any], Any]:
+    # Bound once at plan time: the converter runs after every forward of a prepared model, so
+    # it does no import and builds nothing per call.
+    tensor, half = torch.Tensor, (torch.float16, torch.bfloat16)
+
+    def convert(outputs: Any) -> Any:
+        if isinstance(outputs, tensor):
+            return outputs.float() if outputs.dtype in half else outputs
+        if isinstance(outputs, dict):
+            return type(outputs)({k: convert(v) for k, v in outputs.items()})
+        if isinstance(outputs, tuple) and hasattr(outputs, "_fields"):
+            return type(outputs)(*(convert(v) for v in outputs))
+        if isinstance(outputs, list | tuple):
+            return type(outputs)(convert(v) for v in outputs)
         return outputs
-    if isinstance(outputs, dict):
-        return type(outputs)({k: outputs_to_fp32(v) for k, v in outputs.items()})
-    if isinstance(outputs, tuple) and hasattr(outputs, "_fields"):
-        return type(outputs)(*(outputs_to_fp32(v) for v in outputs))
-    if isinstance(outputs, list | tuple):
-        return type(outputs)(outputs_to_fp32(v) for v in outputs)
-    return outputs
+
+    return convert
 
 
 def _check_supported(torch: Any, kwargs: dict[str, Any], mode: str) -> None:

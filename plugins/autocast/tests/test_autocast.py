@@ -110,7 +110,9 @@ def test_apply_records_what_it_does_and_the_plan_matches() -> None:
         "cache_enabled=True) around every forward of prepared models and in "
         "accelerator.autocast()"
     )
-    assert state.values("forward_output") == [outputs_to_fp32]
+    (convert,) = state.values("forward_output")
+    half = torch.ones(2, dtype=torch.float16)
+    assert convert(half).dtype == torch.float32 and convert([half])[0].dtype == torch.float32
 
 
 def test_disabled_autocast_says_it_is_turned_off_inside_the_context() -> None:

@@ -113,3 +113,38 @@ def ddp_accumulation_worker(rank: int, num_steps: int, sync_each_batch: bool) ->
             "all_reduces": all_reduces,
             "distributed": acc.state.distributed,
         }
+
+
+def fp16_against_torch(rank: int, num_steps: int = 4) -> dict[str, Any]:
+    """fp16 accumulation through the Accelerator, the same by hand with torch, and the fp32
+    large-batch reference; parameters as lists (tensors do not outlive a worker's queue)."""
+    from accelkw_core import Accelerator
+
+    acc = Accelerator(
+        cpu=True,
+        mixed_precision="fp16",
+        registry=registry("autocast", "grad_scaler"),
+        gradient_accumulation_steps=num_steps,
+    )
+    trained, _, _ = accumulated(acc)
+    model = make_model()
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+    scaler = torch.amp.GradScaler("cpu")
+    x, y = dataset().tensors
+    for start in range(0, SAMPLES, MICRO):
+        with torch.autocast("cpu", dtype=torch.float16):
+            out = model(x[start : start + MICRO])
+        loss = torch.nn.functional.mse_loss(out.float(), y[start : start + MICRO])
+        scaler.scale(loss / num_steps).backward()
+        if (start // MICRO + 1) % num_steps == 0:
+            scaler.step(optimizer)
+            scaler.update()
+            optimizer.zero_grad()
+    return {
+        "scaler_present": acc.scaler is not None,
+        "trained": [t.tolist() for t in trained],
+        "by_hand": [t.tolist() for t in params(model)],
+        "reference": [t.tolist() for t in full_batch(MICRO * num_steps)],
+        "scale": acc.scaler.get_scale(),
+        "scale_by_hand": scaler.get_scale(),
+    }
