@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING, Any, NamedTuple
 from accelkw_core.discovery.catalog import HANDLER_DISTRIBUTIONS, install_hint
 
 # The allow- and deny-lists' name matching, so a name means the same thing in every list.
-from accelkw_core.discovery.registry import _norm
+from accelkw_core.discovery.records import _norm
 from accelkw_core.errors import ConfigError, RequirementError
 
 if TYPE_CHECKING:

@@ -1,0 +1,131 @@
+"""What the registry knows of each plugin (``PluginRecord``) and of each usable handler
+(``HandlerInfo``), the statuses, and the checks a handler class must pass."""
+
+from __future__ import annotations
+
+import dataclasses
+import re
+from typing import NamedTuple
+
+from accelkw_core.handlers.base import KwargsHandler
+
+__all__ = [
+    "CONFLICT",
+    "DISABLED",
+    "FAILED",
+    "INCOMPATIBLE",
+    "LOADED",
+    "HandlerInfo",
+    "PluginRecord",
+    "check_handler_class",
+]
+
+LOADED, FAILED, DISABLED, CONFLICT = "loaded", "failed", "disabled", "conflict"
+INCOMPATIBLE = "incompatible"
+_NAME = re.compile(r"^[a-z][a-z0-9_]*$")
+
+
+class PluginRecord:
+    """What is known about one plugin: where it came from, its status and its handlers.
+
+    A plain class rather than a dataclass: building dataclasses at import time costs
+    milliseconds that ``accelkw plugins list`` cannot spare.
+    """
+
+    __slots__ = (
+        "core_range",
+        "distribution",
+        "entry_point",
+        "error",
+        "fix",
+        "handlers",
+        "load_ms",
+        "name",
+        "note",
+        "plugin",
+        "status",
+        "version",
+    )
+
+    def __init__(
+        self,
+        name: str,
+        entry_point: str | None = None,
+        distribution: str | None = None,
+        version: str | None = None,
+    ) -> None:
+        self.name = name
+        self.entry_point = entry_point
+        self.distribution = distribution
+        self.version = version
+        self.status = LOADED
+        self.error: dict[str, str] | None = None
+        self.load_ms = 0.0
+        self.handlers: list[type[KwargsHandler]] = []
+        self.plugin: object | None = None
+        # The distribution's range on accelkw-core (None: it names none), the pip line that
+        # makes an incompatible plugin load, and a remark for `plugins show` (no range declared).
+        self.core_range: str | None = None
+        self.fix: str | None = None
+        self.note: str | None = None
+
+    def __repr__(self) -> str:
+        return (
+            f"PluginRecord(name={self.name!r}, distribution={self.distribution!r}, "
+            f"version={self.version!r}, status={self.status!r}, error={self.error!r})"
+        )
+
+    def fail(self, status: str, kind: str, message: str) -> None:
+        self.status = status
+        self.error = {"type": kind, "message": message}
+
+    @property
+    def reason(self) -> str:
+        return self.error["message"] if self.error else ""
+
+
+class HandlerInfo(NamedTuple):
+    """A usable handler class and the plugin and distribution that provide it."""
+
+    name: str
+    cls: type[KwargsHandler]
+    plugin: str
+    distribution: str | None
+    version: str | None
+
+
+def _split_env(value: str | None) -> set[str] | None:
+    if value is None:
+        return None
+    return {part.strip() for part in value.split(",") if part.strip()}
+
+
+def _norm(name: str) -> str:
+    return re.sub(r"[-_.]+", "-", name).lower()
+
+
+def check_handler_class(cls: object) -> str | None:
+    """Why ``cls`` cannot be a handler, or ``None`` when it can."""
+    if not isinstance(cls, type) or not issubclass(cls, KwargsHandler):
+        return f"{cls!r} is not a KwargsHandler subclass"
+    if not dataclasses.is_dataclass(cls):
+        return f"{cls.__name__} is not a dataclass (decorate it with @dataclass)"
+    for f in dataclasses.fields(cls):
+        if f.init and f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING:
+            return f"{cls.__name__}.{f.name} has no default (every handler field needs one)"
+    name = getattr(cls, "name", "")
+    if not isinstance(name, str) or not _NAME.match(name):
+        return (
+            f"{cls.__name__} has no valid registry name (got {name!r}; "
+            "expected a lowercase identifier such as 'autocast')"
+        )
+    return None
+
+
+def _exc_text(exc: BaseException) -> str:
+    if isinstance(exc, SyntaxError):
+        return f"{exc.msg} ({exc.filename}, line {exc.lineno})"
+    if isinstance(exc, SystemExit):  # str() of SystemExit(3) is a bare "3"
+        return f"SystemExit({exc.code!r}) at import: the module called sys.exit()"
+    # One line, so a status fits a table row; pluggy's validation messages span several.
+    return " ".join(str(exc).split()) or type(exc).__name__
