@@ -18,14 +18,14 @@ from typing import TYPE_CHECKING, Any
 from accelkw_core.config.settings import Settings, resolve_settings
 from accelkw_core.discovery.catalog import provider_hint
 from accelkw_core.discovery.registry import Registry, get_registry
-from accelkw_core.errors import AccelkwError
 from accelkw_core.logs import configure_from_env
 from accelkw_core.runtime import collectives as ops
 from accelkw_core.runtime.accumulation import AccumulationAPI, GradientState
 from accelkw_core.runtime.composition import compose
-from accelkw_core.runtime.forward import forward_contexts, patch_forward, unpatch_forward
+from accelkw_core.runtime.forward import forward_contexts
 from accelkw_core.runtime.gaps import gaps_of_run, live_capabilities, warn_gaps
 from accelkw_core.runtime.keywords import handlers_from_keywords
+from accelkw_core.runtime.preparing import PreparingAPI
 from accelkw_core.runtime.state import AcceleratorState
 from accelkw_core.runtime.surface import AccelerateSurface
 
@@ -44,7 +44,7 @@ class NoProfiler:
         """Nothing to advance."""
 
 
-class Accelerator(AccumulationAPI, AccelerateSurface):
+class Accelerator(PreparingAPI, AccumulationAPI, AccelerateSurface):
     """Compose the installed handlers, the config and the code's handlers into one run.
 
     ``mixed_precision`` (``"no"``, ``"fp16"``, ``"bf16"``) and ``cpu`` left at ``None`` come from
@@ -143,88 +143,6 @@ class Accelerator(AccumulationAPI, AccelerateSurface):
     def is_local_main_process(self) -> bool:
         """Whether this is rank 0 on its machine."""
         return self.state.local_rank == 0
-
-    # -- preparing objects ---------------------------------------------------------------------
-
-    def prepare(self, *objects: Any) -> Any:
-        """Prepare models, optimizers and data loaders for this run; other objects pass through.
-
-        Models move to :attr:`device`, their forward runs under the ``forward_context``
-        contributions (autocast), and they pass through each ``model_wrapper`` in order (DDP);
-        optimizers pass through each ``optimizer_wrapper`` and step through the ``around_step``
-        and ``after_step`` contributions; data loaders are sharded across processes, then pass
-        through each ``data_loader_wrapper``. Returns one object for one argument, else a tuple
-        in the order given.
-        """
-        # Schedulers last, as in Accelerate, so each finds its prepared optimizer.
-        firsts = [obj if _is_scheduler(obj) else self._prepare_one(obj) for obj in objects]
-        prepared = tuple(self.prepare_scheduler(o) if _is_scheduler(o) else o for o in firsts)
-        return prepared[0] if len(prepared) == 1 else prepared
-
-    def _prepare_one(self, obj: Any) -> Any:
-        import torch
-
-        from accelkw_core.runtime.data_loader import PreparedDataLoader, prepare_data_loader
-        from accelkw_core.runtime.optimizer import AcceleratedOptimizer
-
-        if isinstance(obj, torch.nn.Module):
-            return self.prepare_model(obj)
-        if isinstance(obj, AcceleratedOptimizer | PreparedDataLoader):
-            return obj
-        if isinstance(obj, torch.optim.Optimizer):
-            return self.prepare_optimizer(obj)
-        if isinstance(obj, torch.utils.data.DataLoader):
-            loader = prepare_data_loader(obj, self.state, self.gradient_state.loaders)
-            return self._track("data_loaders", self._wrap("data_loader_wrapper", loader))
-        return obj
-
-    def _wrap(self, point: str, obj: Any) -> Any:
-        for contribution in self.state.contributions(point):
-            try:
-                obj = contribution.value(obj)
-            except Exception as exc:
-                raise AccelkwError(
-                    f"prepare: the {point} of handler {contribution.handler!r} failed: "
-                    f"{type(exc).__name__}: {exc}"
-                ) from exc
-        return obj
-
-    def prepare_model(self, model: Any) -> Any:
-        """``model`` on :attr:`device`, its forward under the forward contexts, then wrapped."""
-        original = model.to(self.state.device)
-        patch_forward(original, self.state)
-        wrapped = self._wrap("model_wrapper", original)
-        self._models.append((wrapped, original))
-        return wrapped
-
-    def prepare_optimizer(self, optimizer: Any) -> Any:
-        """``optimizer`` through every optimizer wrapper, stepping through the step chain."""
-        from accelkw_core.runtime.optimizer import AcceleratedOptimizer
-        from accelkw_core.runtime.stepping import build_step
-
-        inner = self._wrap("optimizer_wrapper", optimizer)
-        around = self.state.values("around_step")
-        after = self.state.values("after_step")
-        chain = build_step(around, after) if around or after else None
-        prepared = AcceleratedOptimizer(inner, chain, self.gradient_state)
-        return self._track("optimizers", prepared)
-
-    def unwrap_model(self, model: Any, keep_fp32_wrapper: bool = True) -> Any:
-        """The model as it was before the handlers' wrappers (DDP, ...) were applied.
-
-        With ``keep_fp32_wrapper=False`` its forward no longer runs under the forward contexts.
-        """
-        for wrapped, original in self._models:
-            if wrapped is model or original is model:
-                if not keep_fp32_wrapper:
-                    unpatch_forward(original)
-                return original
-        # Not prepared here: peel the usual wrappers (DDP, DataParallel, torch.compile).
-        while True:
-            inner = getattr(model, "module", None) or getattr(model, "_orig_mod", None)
-            if inner is None:
-                return model
-            model = inner
 
     # -- the loop ------------------------------------------------------------------------------
 
@@ -372,14 +290,6 @@ class Accelerator(AccumulationAPI, AccelerateSurface):
             f"device {self.state.device_type}, mixed_precision={self.state.mixed_precision!r}, "
             f"handlers: {names})"
         )
-
-
-def _is_scheduler(obj: Any) -> bool:
-    import torch
-
-    from accelkw_core.runtime.scheduler import AcceleratedScheduler
-
-    return isinstance(obj, torch.optim.lr_scheduler.LRScheduler | AcceleratedScheduler)
 
 
 def _loader_progress() -> Any:
