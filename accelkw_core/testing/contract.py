@@ -113,6 +113,17 @@ def _entry_point_values(pyproject: Path) -> list[str]:
     return [str(v) for v in table.values()]
 
 
+def _is_installed(pyproject: Path) -> bool:
+    import importlib.metadata
+
+    name = tomllib.loads(pyproject.read_text(encoding="utf-8"))["project"]["name"]
+    try:
+        importlib.metadata.distribution(name)
+    except importlib.metadata.PackageNotFoundError:
+        return False
+    return True
+
+
 class HandlerContract:
     """Contract tests for one handler class; see the module docstring for how to use it."""
 
@@ -123,9 +134,10 @@ class HandlerContract:
     #: Keyword arguments of valid instances, besides the default one.
     examples: ClassVar[Sequence[Mapping[str, Any]]] = ()
     #: Whether an installed distribution's entry point must name :attr:`plugin_module`
-    #: (``False`` for a handler registered only in code).
-    installed: ClassVar[bool] = True
-    #: For a distribution tested from its source tree without being installed: its
+    #: (``False`` for a handler registered only in code). ``None``: yes, unless
+    #: :attr:`pyproject` is set, then only when that distribution is installed.
+    installed: ClassVar[bool | None] = None
+    #: For a distribution tested from its source tree, perhaps not installed: its
     #: ``pyproject.toml`` (absolute, or relative to the current directory), whose
     #: ``[project.entry-points.accelkw]`` table must name :attr:`plugin_module`.
     pyproject: ClassVar[str | os.PathLike[str] | None] = None
@@ -171,7 +183,10 @@ class HandlerContract:
                 f"{self.pyproject}: no [project.entry-points.accelkw] entry names "
                 f"{self.plugin_module!r}; found {values}"
             )
-        if not self.installed:
+        installed = self.installed
+        if installed is None:
+            installed = self.pyproject is None or _is_installed(Path(self.pyproject))
+        if not installed:
             return
         import importlib_metadata
 

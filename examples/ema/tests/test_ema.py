@@ -7,7 +7,6 @@ of this example; accelkw-grad-accum for accumulation): a step the scaler skips m
 from __future__ import annotations
 
 import dataclasses
-import importlib.metadata
 import io
 import math
 import os
@@ -366,14 +365,6 @@ def test_loading_into_other_models_says_what_differs() -> None:
 # -- contract ----------------------------------------------------------------------------------
 
 
-def _installed(distribution: str) -> bool:
-    try:
-        importlib.metadata.distribution(distribution)
-    except importlib.metadata.PackageNotFoundError:
-        return False
-    return True
-
-
 class TestEmaContract(HandlerContract):
     handler_class = EmaKwargs
     plugin_module = "accelkw_ema.plugin"
@@ -381,5 +372,4 @@ class TestEmaContract(HandlerContract):
         {"decay": 0.9},
         {"decay": 0.5, "update_after_step": 100, "update_every": 10},
     )
-    installed = _installed("accelkw-ema")
     pyproject = EXAMPLE / "pyproject.toml"

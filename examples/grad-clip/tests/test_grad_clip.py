@@ -7,7 +7,6 @@ of this example; accelkw-grad-accum for accumulation): clipping must happen afte
 from __future__ import annotations
 
 import dataclasses
-import importlib.metadata
 import math
 import os
 from collections.abc import Callable, Iterator
@@ -359,14 +358,6 @@ def test_each_optimizer_clips_its_own_parameters() -> None:
 # -- contract ----------------------------------------------------------------------------------
 
 
-def _installed(distribution: str) -> bool:
-    try:
-        importlib.metadata.distribution(distribution)
-    except importlib.metadata.PackageNotFoundError:
-        return False
-    return True
-
-
 class TestGradClipContract(HandlerContract):
     handler_class = GradClipKwargs
     plugin_module = "accelkw_grad_clip.plugin"
@@ -376,5 +367,4 @@ class TestGradClipContract(HandlerContract):
         {"clip_value": 0.1},
         {"clip_value": 0.1, "norm_type": 1.0},
     )
-    installed = _installed("accelkw-grad-clip")
     pyproject = EXAMPLE / "pyproject.toml"
