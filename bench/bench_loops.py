@@ -58,6 +58,19 @@ def mse(out: Any, y: Any) -> Any:
     return torch.nn.functional.mse_loss(out, y)
 
 
+def plain_step(model: Any, x: Any, y: Any) -> Callable[[], None]:
+    """One step written by hand with torch: forward, loss, backward, AdamW step, zero_grad."""
+    opt = torch.optim.AdamW(model.parameters(), lr=1e-3)
+
+    def step() -> None:
+        loss = mse(model(x), y)
+        loss.backward()
+        opt.step()
+        opt.zero_grad()
+
+    return step
+
+
 def block(step: Callable[[], None], n: int, sync: Callable[[], None]) -> tuple[float, float]:
     """Wall and thread-CPU seconds per step over ``n`` steps, between two barriers."""
     sync()
@@ -142,16 +155,7 @@ def ddp_loops() -> dict[str, Callable[[], None]]:
         opt.zero_grad()
 
     def by_hand() -> Callable[[], None]:
-        raw = torch.nn.parallel.DistributedDataParallel(mlp())
-        raw_opt = torch.optim.AdamW(raw.parameters(), lr=1e-3)
-
-        def hand() -> None:
-            loss = mse(raw(x), y)
-            loss.backward()
-            raw_opt.step()
-            raw_opt.zero_grad()
-
-        return hand
+        return plain_step(torch.nn.parallel.DistributedDataParallel(mlp()), x, y)
 
     return {"hand": by_hand(), "accelkw": ours, "hand again": by_hand()}
 
@@ -175,27 +179,14 @@ def fsdp_loops() -> dict[str, Callable[[], None]]:
     for name in sorted(sharded, key=lambda n: -n.count(".") - (n != "")):
         fully_shard(raw.get_submodule(name) if name else raw, reshard_after_forward=True)
         fully_shard(auto.get_submodule(name) if name else auto)
-    raw_opt = torch.optim.AdamW(raw.parameters(), lr=1e-3)
-    auto_opt = torch.optim.AdamW(auto.parameters(), lr=1e-3)
     x, y = torch.randn(BATCH, WIDTH), torch.randn(BATCH, 1)
-
-    def hand_auto() -> None:
-        loss = mse(auto(x), y)
-        loss.backward()
-        auto_opt.step()
-        auto_opt.zero_grad()
+    hand, hand_auto = plain_step(raw, x, y), plain_step(auto, x, y)
 
     def ours() -> None:
         loss = mse(model(x), y)
         acc.backward(loss)
         opt.step()
         opt.zero_grad()
-
-    def hand() -> None:
-        loss = mse(raw(x), y)
-        loss.backward()
-        raw_opt.step()
-        raw_opt.zero_grad()
 
     ours(), hand(), hand_auto()
 
@@ -227,16 +218,7 @@ def compile_loops(backend: str) -> dict[str, Callable[[], None]]:
         opt.zero_grad()
 
     def by_hand() -> Callable[[], None]:
-        raw = torch.compile(mlp(), backend=backend)
-        raw_opt = torch.optim.AdamW(raw.parameters(), lr=1e-3)
-
-        def hand() -> None:
-            loss = mse(raw(x), y)
-            loss.backward()
-            raw_opt.step()
-            raw_opt.zero_grad()
-
-        return hand
+        return plain_step(torch.compile(mlp(), backend=backend), x, y)
 
     return {"hand": by_hand(), "accelkw": ours, "hand again": by_hand()}
 
