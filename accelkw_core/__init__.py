@@ -20,6 +20,7 @@ if TYPE_CHECKING:
     from accelkw_core.discovery.registry import Registry, get_registry, set_registry
     from accelkw_core.errors import (
         AccelkwError,
+        CheckpointError,
         ComposeError,
         ConfigError,
         ConfigFileError,
@@ -30,16 +31,19 @@ if TYPE_CHECKING:
     )
     from accelkw_core.handlers.base import KwargsHandler
     from accelkw_core.runtime.accelerator import Accelerator
+    from accelkw_core.runtime.project import ProjectConfiguration
     from accelkw_core.runtime.state import AcceleratorState
 
 _EXPORTS = {
     "Accelerator": "accelkw_core.runtime.accelerator",
     "AcceleratorState": "accelkw_core.runtime.state",
     "KwargsHandler": "accelkw_core.handlers.base",
+    "ProjectConfiguration": "accelkw_core.runtime.project",
     "Registry": "accelkw_core.discovery.registry",
     "get_registry": "accelkw_core.discovery.registry",
     "set_registry": "accelkw_core.discovery.registry",
     "AccelkwError": "accelkw_core.errors",
+    "CheckpointError": "accelkw_core.errors",
     "ComposeError": "accelkw_core.errors",
     "ConfigError": "accelkw_core.errors",
     "ConfigFileError": "accelkw_core.errors",
@@ -67,6 +71,7 @@ __all__ = [
     "Accelerator",
     "AcceleratorState",
     "AccelkwError",
+    "CheckpointError",
     "ComposeError",
     "ConfigError",
     "ConfigFileError",
@@ -74,6 +79,7 @@ __all__ = [
     "KwargsHandler",
     "PluginError",
     "PointConflictError",
+    "ProjectConfiguration",
     "Registry",
     "UnknownHandlerError",
     "__version__",

@@ -9,6 +9,9 @@ if TYPE_CHECKING:
 
 __all__ = [
     "AccelkwError",
+    "CheckpointError",
+    "CheckpointNotFoundError",
+    "CheckpointWarning",
     "ComposeError",
     "ConfigError",
     "ConfigFileError",
@@ -189,6 +192,34 @@ class RequirementError(AccelkwError):
         self.source = source
         where = f"{source}: " if source else ""
         super().__init__(f"{where}required plugins not satisfied: " + "; ".join(problems))
+
+
+class CheckpointError(AccelkwError, OSError):
+    """A checkpoint cannot be saved or loaded; nothing was changed.
+
+    Carries ``path`` (the file or folder at fault) and ``problem`` (what is wrong with it). An
+    ``OSError`` too, as the ``FileNotFoundError`` Accelerate raises for a missing checkpoint.
+    """
+
+    def __init__(self, path: Any, problem: str) -> None:
+        self.path = path
+        self.problem = problem
+        Exception.__init__(self, f"checkpoint: {path} {problem}")
+
+    def __str__(self) -> str:
+        return f"checkpoint: {self.path} {self.problem}"
+
+
+class CheckpointNotFoundError(CheckpointError, FileNotFoundError, ValueError):
+    """There is no checkpoint to load: the folder does not exist, or no complete one is left.
+
+    A ``FileNotFoundError``, and a ``ValueError`` as Accelerate raises for a missing folder.
+    """
+
+
+class CheckpointWarning(UserWarning):
+    """A checkpoint loaded, but not all of this run's state came from it (a handler added since
+    the save starts fresh), or it holds state this run does not use (left alone)."""
 
 
 class ScaffoldError(AccelkwError, ValueError):

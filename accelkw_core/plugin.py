@@ -9,6 +9,7 @@ from accelkw_core.errors import AccelkwError, ConfigError, PointConflictError, s
 from accelkw_core.handlers.base import KwargsHandler, handler_field
 from accelkw_core.handlers.enums import ReferenceEnum
 from accelkw_core.handlers.plan import Plan, PlanStep
+from accelkw_core.runtime.checkpoint_io import CheckpointReader, CheckpointWriter
 from accelkw_core.runtime.points import POINTS, ExtensionPoint
 from accelkw_core.runtime.state import AcceleratorState, Contribution
 from accelkw_core.runtime.stepping import StepContext
@@ -17,6 +18,8 @@ __all__ = [
     "POINTS",
     "AcceleratorState",
     "AccelkwError",
+    "CheckpointReader",
+    "CheckpointWriter",
     "ConfigError",
     "Contribution",
     "ExtensionPoint",

@@ -13,8 +13,9 @@ from typing import Any
 from accelkw_core.discovery.catalog import REFERENCE_NAMES
 from accelkw_core.handlers.base import KwargsHandler
 from accelkw_core.runtime.processes import DistributedType
+from accelkw_core.runtime.project import ProjectConfiguration
 
-__all__ = ["DistributedType", "KwargsHandler", *REFERENCE_NAMES]
+__all__ = ["DistributedType", "KwargsHandler", "ProjectConfiguration", *REFERENCE_NAMES]
 
 
 def __getattr__(name: str) -> Any:

@@ -9,6 +9,7 @@ from typing import Any, ClassVar
 
 import pytest
 import torch
+from safetensors.torch import load_file
 
 from accelkw_core import Accelerator, ConfigError
 from accelkw_core.plugin import KwargsHandler, Plan, StepContext
@@ -219,8 +220,11 @@ def test_save_model_get_state_dict_and_free_memory(tmp_path: Path) -> None:
     acc = make()
     model = acc.prepare(torch.nn.Linear(2, 2))
     acc.save_model(model, tmp_path / "out")
-    saved = torch.load(tmp_path / "out" / "pytorch_model.bin", weights_only=True)
+    saved = load_file(tmp_path / "out" / "model.safetensors")
     assert saved.keys() == acc.get_state_dict(model).keys() == {"weight", "bias"}
+    acc.save_model(model, tmp_path / "bin", safe_serialization=False)
+    saved = torch.load(tmp_path / "bin" / "pytorch_model.bin", weights_only=True)
+    assert all(torch.equal(v, acc.get_state_dict(model)[k]) for k, v in saved.items())
     assert acc.free_memory(model) == [None] and acc._models == []
     assert acc.clear() == []
 

@@ -26,6 +26,8 @@ from accelkw_core.runtime.forward import forward_contexts
 from accelkw_core.runtime.gaps import gaps_of_run, live_capabilities, warn_gaps
 from accelkw_core.runtime.keywords import handlers_from_keywords
 from accelkw_core.runtime.preparing import PreparingAPI
+from accelkw_core.runtime.project import ProjectConfiguration
+from accelkw_core.runtime.saving import CheckpointAPI, project_configuration
 from accelkw_core.runtime.state import AcceleratorState
 from accelkw_core.runtime.surface import AccelerateSurface
 
@@ -44,7 +46,7 @@ class NoProfiler:
         """Nothing to advance."""
 
 
-class Accelerator(PreparingAPI, AccumulationAPI, AccelerateSurface):
+class Accelerator(PreparingAPI, AccumulationAPI, CheckpointAPI, AccelerateSurface):
     """Compose the installed handlers, the config and the code's handlers into one run.
 
     ``mixed_precision`` (``"no"``, ``"fp16"``, ``"bf16"``) and ``cpu`` left at ``None`` come from
@@ -53,6 +55,8 @@ class Accelerator(PreparingAPI, AccumulationAPI, AccelerateSurface):
     and the config (``config``: a path; otherwise ``ACCELKW_CONFIG``, ``./accelkw.toml`` or
     ``./pyproject.toml [tool.accelkw]``). Every other enabled installed handler is applied with
     its configured or default values. ``registry`` replaces the process-wide plugin registry.
+    ``project_dir``/``project_config`` (a :class:`ProjectConfiguration`) place checkpoints and
+    logs, as in Accelerate.
 
     Other keywords are Accelerate's (``gradient_accumulation_steps=4``, ``fsdp_plugin=...``,
     ``dynamo_backend="inductor"``): each is taken by the installed handler that claims it
@@ -69,10 +73,13 @@ class Accelerator(PreparingAPI, AccumulationAPI, AccelerateSurface):
         kwargs_handlers: Sequence[KwargsHandler] | None = None,
         config: str | os.PathLike[str] | None = None,
         *,
+        project_dir: str | os.PathLike[str] | None = None,
+        project_config: ProjectConfiguration | None = None,
         registry: Registry | None = None,
         **keywords: Any,
     ) -> None:
         configure_from_env()
+        self.project_configuration = project_configuration(project_dir, project_config)
         registry = registry if registry is not None else get_registry()
         handlers = list(kwargs_handlers or ())
         if keywords:

@@ -30,6 +30,7 @@ __all__ = [
     "FORWARD_OUTPUT",
     "KEYED",
     "MANY",
+    "MODEL_CHECKPOINT",
     "MODEL_STATE",
     "MODEL_WRAPPER",
     "NO_SYNC",
@@ -143,6 +144,18 @@ MODEL_STATE = ExtensionPoint(
     "prepared model's weights (a sharded model gathers them); without one, the unwrapped "
     "model's own ``state_dict()``",
 )
+MODEL_CHECKPOINT = ExtensionPoint(
+    "model_checkpoint",
+    ONE,
+    "an object with ``save_checkpoint(writer, models, optimizers)`` and "
+    "``read_checkpoint(reader, models, optimizers) -> apply`` (a zero-argument callable)",
+    "owns how ``save_state``/``load_state`` write and read the prepared models' and "
+    "optimizers' state, on every process (sharded training writes each rank's shards with "
+    "``torch.distributed.checkpoint``); ``read_checkpoint`` reads and checks everything and "
+    "returns the step that applies it, so a damaged checkpoint changes nothing; without a "
+    "contribution the main process writes Accelerate's ``model.safetensors`` and "
+    "``optimizer.bin``",
+)
 PROFILER = ExtensionPoint(
     "profiler",
     ONE,
@@ -152,8 +165,13 @@ PROFILER = ExtensionPoint(
 CHECKPOINT = ExtensionPoint(
     "checkpoint",
     KEYED,
-    "an object with ``state_dict()`` and ``load_state_dict(state)``",
-    "saved and loaded with the run by ``save_state``/``load_state``, keyed by handler name",
+    "an object with ``state_dict()`` and ``load_state_dict(state)`` (the main process saves "
+    "it as ``<key>.pt``), or one that owns its files: ``save_checkpoint(writer)`` on every "
+    "process and ``read_checkpoint(reader) -> apply | None``",
+    "saved and loaded with the run by ``save_state``/``load_state``, keyed by handler name; "
+    "state must load with ``torch.load(weights_only=True)`` (checked at save time); a handler "
+    "with no state in a checkpoint (``None`` from ``read_checkpoint``, or no ``<key>.pt``) "
+    "starts fresh with a warning",
 )
 ATTRIBUTE = ExtensionPoint(
     "attribute",
@@ -183,6 +201,7 @@ POINTS: dict[str, ExtensionPoint] = {
         NO_SYNC,
         ACCUMULATION,
         MODEL_STATE,
+        MODEL_CHECKPOINT,
         PROFILER,
         CHECKPOINT,
         ATTRIBUTE,

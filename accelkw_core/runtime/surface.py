@@ -11,7 +11,6 @@ import contextlib
 import gc
 from collections.abc import Callable, Iterable, Iterator
 from contextlib import contextmanager
-from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from accelkw_core.runtime import checkpointing as ckpt
@@ -207,50 +206,6 @@ class AccelerateSurface:
             self._prepared("custom"),
             int(getattr(self, "step", 0) or 0),
         )
-
-    def save_state(
-        self, output_dir: Any = None, safe_serialization: bool = True, **save_model_func_kwargs: Any
-    ) -> Path:
-        """Save models, optimizers, schedulers, handlers' checkpoints and random states.
-
-        Accelerate's file layout, written with ``torch.save`` (``pytorch_model.bin``; see
-        docs/migrating.md). Returns the folder.
-        """
-        what = self._checkpointed()
-        weights = [self.get_state_dict(model, unwrap=False) for model in what.models]
-        return ckpt.save_checkpoint(self.state, output_dir, what, weights)
-
-    def load_state(
-        self,
-        input_dir: Any = None,
-        load_kwargs: dict[str, Any] | None = None,
-        **load_model_func_kwargs: Any,
-    ) -> None:
-        """Load what :meth:`save_state` saved into the prepared objects, and the random states."""
-        step = ckpt.load_checkpoint(
-            self.state, input_dir, self._checkpointed(), **load_model_func_kwargs
-        )
-        prop = getattr(type(self), "step", None)
-        if step is not None and isinstance(prop, property) and prop.fset is not None:
-            self.step = step
-
-    def save_model(
-        self,
-        model: Any,
-        save_directory: Any,
-        max_shard_size: int | str = "10GB",
-        safe_serialization: bool = True,
-    ) -> None:
-        """Save ``model``'s unwrapped weights to ``save_directory/pytorch_model.bin`` (main process)."""
-        import torch
-
-        folder = ckpt._directory(save_directory, "save_directory")
-        if folder.is_file():
-            raise FileExistsError(f"save_model: {folder} should be a directory, not a file")
-        weights = self.get_state_dict(model)
-        if self.state.rank == 0:
-            folder.mkdir(parents=True, exist_ok=True)
-            torch.save(weights, folder / ckpt.MODEL)
 
     # -- memory --------------------------------------------------------------------------------
 

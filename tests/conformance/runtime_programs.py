@@ -114,36 +114,46 @@ def profile_run(name: str, trace_dir: Path) -> list[str]:
     return sorted(p.name for p in trace_dir.iterdir())
 
 
-def checkpoint_run(name: str, folder: Path, *, safe: bool) -> dict[str, Any]:
-    """Train a step, save_state, train on, load_state, train again: the numbers and files."""
+def _checkpoint_objects(name: str, seed: int) -> tuple[Any, ...]:
     import random
 
     import numpy as np
     import torch
 
     Accelerator, _ = framework(name)
-    torch.manual_seed(0)
-    random.seed(0)
-    np.random.seed(0)
+    torch.manual_seed(seed)
+    random.seed(seed)
+    np.random.seed(seed)
     accelerator = Accelerator(cpu=True)
     model = torch.nn.Linear(4, 1)
     optimizer = torch.optim.Adam(model.parameters(), lr=0.1)
     scheduler = torch.optim.lr_scheduler.StepLR(optimizer, step_size=1, gamma=0.5)
-    model, optimizer, scheduler = accelerator.prepare(model, optimizer, scheduler)
+    return accelerator, *accelerator.prepare(model, optimizer, scheduler)
 
-    def step() -> list[float]:
-        loss = model(torch.randn(3, 4)).pow(2).mean()
-        accelerator.backward(loss)
-        optimizer.step()
-        scheduler.step()
-        optimizer.zero_grad()
-        return [loss.item(), random.random(), float(np.random.rand())]
 
-    step()
+def _checkpoint_step(accelerator: Any, model: Any, optimizer: Any, scheduler: Any) -> list[float]:
+    import random
+
+    import numpy as np
+    import torch
+
+    loss = model(torch.randn(3, 4)).pow(2).mean()
+    accelerator.backward(loss)
+    optimizer.step()
+    scheduler.step()
+    optimizer.zero_grad()
+    return [loss.item(), random.random(), float(np.random.rand())]
+
+
+def checkpoint_run(name: str, folder: Path, *, safe: bool) -> dict[str, Any]:
+    """Train a step, save_state, train on, load_state, train again: the numbers and files."""
+    accelerator, model, optimizer, scheduler = _checkpoint_objects(name, 0)
+    objects = (accelerator, model, optimizer, scheduler)
+    _checkpoint_step(*objects)
     accelerator.save_state(folder, safe_serialization=safe)
-    first = [step(), step()]
+    first = [_checkpoint_step(*objects), _checkpoint_step(*objects)]
     accelerator.load_state(folder)
-    again = [step(), step()]
+    again = [_checkpoint_step(*objects), _checkpoint_step(*objects)]
     out = {
         "files": sorted(p.name for p in folder.iterdir()),
         "first": first,
@@ -151,5 +161,14 @@ def checkpoint_run(name: str, folder: Path, *, safe: bool) -> dict[str, Any]:
         "lr": scheduler.get_last_lr(),
         "state_keys": sorted(accelerator.get_state_dict(model)),
     }
+    accelerator.end_training()
+    return out
+
+
+def resume_run(name: str, folder: Path) -> list[list[float]]:
+    """Fresh objects (another seed) loaded from ``folder``, then two steps: what they give."""
+    accelerator, model, optimizer, scheduler = _checkpoint_objects(name, 123)
+    accelerator.load_state(folder)
+    out = [_checkpoint_step(accelerator, model, optimizer, scheduler) for _ in range(2)]
     accelerator.end_training()
     return out

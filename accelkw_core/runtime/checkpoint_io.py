@@ -1,0 +1,203 @@
+"""The writer and reader a checkpoint's contributors use: every file durable, every read checked.
+
+``save_state`` hands a :class:`CheckpointWriter` to the core's own layout and to each handler that
+owns its checkpoint (``save_checkpoint(writer)``); every file written through it is fsynced and
+recorded, size and CRC-32, for the manifest. ``load_state`` hands a :class:`CheckpointReader`:
+each read is checked against the manifest first (a checkpoint written by Accelerate has none, and
+is checked by reading it whole), and a file that is missing, short or damaged is one
+:class:`~accelkw_core.errors.CheckpointError` naming it. Torch is imported inside the methods.
+"""
+
+from __future__ import annotations
+
+import io
+import os
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from accelkw_core.errors import CheckpointError
+from accelkw_core.runtime.durable import FileEntry, entry_of, write_durably
+from accelkw_core.runtime.manifest import Manifest
+
+if TYPE_CHECKING:
+    from accelkw_core.runtime.state import AcceleratorState
+
+__all__ = ["CheckpointReader", "CheckpointWriter"]
+
+
+def _relative(name: str) -> str:
+    path = Path(name)
+    if path.is_absolute() or ".." in path.parts or not path.parts:
+        raise ValueError(f"checkpoint file name {name!r}: expected a path inside the folder")
+    return path.as_posix()
+
+
+class CheckpointWriter:
+    """Writes the files of one checkpoint into its (temporary) folder, durably.
+
+    ``folder`` is the folder being written; ``rank``, ``world_size`` and ``is_main_process``
+    say which process this is, so a contributor writes shared files once and its own shards on
+    every rank. ``entries`` holds what this process wrote, for the manifest.
+    """
+
+    def __init__(self, folder: Path, state: AcceleratorState) -> None:
+        self.folder = folder
+        self.rank = state.rank
+        self.world_size = state.world_size
+        self.is_main_process = state.is_main_process
+        self.entries: dict[str, FileEntry] = {}
+
+    def write_bytes(self, name: str, data: bytes | memoryview) -> Path:
+        """Write ``data`` to ``name`` (relative to the folder), fsynced and recorded."""
+        name = _relative(name)
+        path = self.folder / name
+        path.parent.mkdir(parents=True, exist_ok=True)
+        self.entries[name] = write_durably(path, data)
+        return path
+
+    def save(self, name: str, obj: Any, *, owner: str | None = None) -> Path:
+        """``torch.save(obj)`` to ``name``.
+
+        With ``owner`` (who the state belongs to, for the message), the bytes are first read
+        back with ``torch.load(weights_only=True)``, as ``load_state`` will read them, so a
+        state torch refuses fails now, naming ``owner``, and not at load time.
+        """
+        import torch
+
+        buffer = io.BytesIO()
+        torch.save(obj, buffer)
+        data = buffer.getbuffer()
+        if owner is not None:
+            try:
+                torch.load(io.BytesIO(data), map_location="cpu", weights_only=True)
+            except Exception as exc:
+                first = str(exc).strip().splitlines()[0] if str(exc).strip() else ""
+                raise CheckpointError(
+                    self.folder / name,
+                    f"cannot be saved: the state of {owner} holds objects that "
+                    f"torch.load(weights_only=True) refuses ({type(exc).__name__}: {first}); "
+                    "its state_dict() must return tensors, numbers, strings and containers",
+                ) from exc
+        return self.write_bytes(name, data)
+
+    def save_tensors(self, name: str, tensors: dict[str, Any]) -> Path:
+        """A dict of tensors as a safetensors file (``model.safetensors``)."""
+        from safetensors.torch import save
+
+        try:
+            data = save(
+                {k: v.detach().contiguous() for k, v in tensors.items()},
+                metadata={"format": "pt"},
+            )
+        except RuntimeError as exc:
+            raise CheckpointError(
+                self.folder / name,
+                f"cannot be saved as safetensors ({exc}); save_state(safe_serialization=False) "
+                "writes pytorch_model.bin instead",
+            ) from exc
+        return self.write_bytes(name, data)
+
+    def record(self, name: str) -> None:
+        """Fsync and record a file a library wrote into the folder itself (DCP's shards)."""
+        name = _relative(name)
+        self.entries[name] = entry_of(self.folder / name)
+
+    def record_tree(self, name: str) -> None:
+        """:meth:`record` every file under the sub-folder ``name``."""
+        root = self.folder / _relative(name)
+        for dirpath, _, files in os.walk(root):
+            for file in files:
+                self.record((Path(dirpath) / file).relative_to(self.folder).as_posix())
+
+
+class CheckpointReader:
+    """Reads the files of one checkpoint, each checked against the manifest before use.
+
+    ``manifest`` is ``None`` for a checkpoint written by Accelerate: its files are then checked
+    by reading them whole. Nothing read here changes any object of the run.
+    """
+
+    def __init__(self, folder: Path, manifest: Manifest | None, state: AcceleratorState) -> None:
+        self.folder = folder
+        self.manifest = manifest
+        self.rank = state.rank
+        self.world_size = state.world_size
+        self.is_main_process = state.is_main_process
+
+    def has(self, name: str) -> bool:
+        """Whether the checkpoint holds ``name`` (listed in the manifest, or present)."""
+        name = _relative(name)
+        if self.manifest is not None:
+            return name in self.manifest.files or any(
+                f.startswith(name + "/") for f in self.manifest.files
+            )
+        return (self.folder / name).exists()
+
+    def read_bytes(self, name: str) -> bytes:
+        """The bytes of ``name``, checked against the manifest."""
+        name = _relative(name)
+        path = self.folder / name
+        if self.manifest is not None and name not in self.manifest.files:
+            raise CheckpointError(path, "is not part of this checkpoint (not in its manifest)")
+        try:
+            data = path.read_bytes()
+        except FileNotFoundError:
+            raise CheckpointError(path, "is missing") from None
+        except OSError as exc:
+            raise CheckpointError(path, f"cannot be read ({exc.strerror or exc})") from None
+        if self.manifest is not None:
+            self.manifest.check(self.folder, name, data)
+        return data
+
+    def load(self, name: str, **load_kwargs: Any) -> Any:
+        """``torch.load(weights_only=True)`` of ``name``, on the CPU; errors name the file."""
+        import torch
+
+        from accelkw_core.runtime.random_states import numpy_safe_globals
+
+        data = self.read_bytes(name)
+        load_kwargs.setdefault("map_location", "cpu")
+        load_kwargs["weights_only"] = True
+        try:
+            with numpy_safe_globals():
+                return torch.load(io.BytesIO(data), **load_kwargs)
+        except Exception as exc:
+            raise CheckpointError(
+                self.folder / name, f"is damaged or not a torch file ({_first_line(exc)})"
+            ) from exc
+
+    def load_tensors(self, name: str) -> dict[str, Any]:
+        """The tensors of the safetensors file ``name``."""
+        from safetensors.torch import load
+
+        data = self.read_bytes(name)
+        try:
+            return dict(load(data))
+        except Exception as exc:
+            raise CheckpointError(
+                self.folder / name, f"is damaged or not a safetensors file ({_first_line(exc)})"
+            ) from exc
+
+    def verify(self, name: str) -> Path:
+        """Check ``name`` (a file a library will read itself); returns its path."""
+        self.read_bytes(name)
+        return self.folder / _relative(name)
+
+    def verify_tree(self, name: str) -> Path:
+        """Check every file under the sub-folder ``name`` (a DCP checkpoint); returns its path."""
+        root = self.folder / _relative(name)
+        if self.manifest is not None:
+            names = [f for f in self.manifest.files if f.startswith(_relative(name) + "/")]
+            if not names:
+                raise CheckpointError(root, "is missing (the manifest lists no file under it)")
+            for file in names:
+                self.read_bytes(file)
+        elif not root.is_dir():
+            raise CheckpointError(root, "is missing")
+        return root
+
+
+def _first_line(exc: BaseException) -> str:
+    text = str(exc).strip()
+    line = text.splitlines()[0] if text else ""
+    return f"{type(exc).__name__}: {line}" if line else type(exc).__name__

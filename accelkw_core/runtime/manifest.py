@@ -1,0 +1,114 @@
+"""The manifest of a checkpoint folder: what it holds, written last, checked before any load.
+
+``accelkw_checkpoint.json`` lists every file of the checkpoint (path relative to the folder, size,
+CRC-32), the accelkw version and world size that wrote it, the step, and the keys of the
+handlers whose state it holds. A folder without one was written by Accelerate (or by accelkw
+before 0.3); a folder whose manifest does not match its files is damaged. Torch-free.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from accelkw_core._version import __version__
+from accelkw_core.errors import CheckpointError
+from accelkw_core.runtime.durable import FileEntry, checksum, write_durably
+
+__all__ = ["FORMAT", "MANIFEST", "Manifest", "read_manifest"]
+
+MANIFEST = "accelkw_checkpoint.json"
+FORMAT = 1
+
+
+@dataclass
+class Manifest:
+    """What a checkpoint holds; :meth:`check` tells whether a file's bytes are the ones saved."""
+
+    world_size: int
+    step: int = 0
+    handlers: list[str] = field(default_factory=list)
+    files: dict[str, FileEntry] = field(default_factory=dict)
+    version: str = __version__
+    format: int = FORMAT
+
+    def write(self, folder: Path) -> None:
+        """Write the manifest into ``folder``, fsynced (the last file of a checkpoint)."""
+        data = {
+            "format": self.format,
+            "accelkw": self.version,
+            "world_size": self.world_size,
+            "step": self.step,
+            "handlers": sorted(self.handlers),
+            "files": {
+                name: {"size": e.size, "crc32": e.crc32} for name, e in sorted(self.files.items())
+            },
+        }
+        write_durably(folder / MANIFEST, json.dumps(data, indent=1).encode())
+
+    def check(self, folder: Path, name: str, data: bytes | memoryview) -> None:
+        """Raise :class:`CheckpointError` unless ``data`` is what was saved as ``name``."""
+        entry = self.files.get(name)
+        if entry is None:
+            raise CheckpointError(folder / name, "is not listed in the checkpoint's manifest")
+        size = memoryview(data).nbytes
+        if size != entry.size:
+            what = "truncated" if size < entry.size else "longer than saved"
+            raise CheckpointError(
+                folder / name, f"is {what}: {size} bytes, the manifest says {entry.size}"
+            )
+        if checksum(data) != entry.crc32:
+            raise CheckpointError(
+                folder / name, "is corrupted: its CRC-32 differs from the manifest's"
+            )
+
+    def missing(self, folder: Path) -> list[str]:
+        """The listed files that are not in ``folder``."""
+        return [name for name in sorted(self.files) if not (folder / name).is_file()]
+
+
+def _entries(raw: Any, path: Path) -> dict[str, FileEntry]:
+    if not isinstance(raw, Mapping):
+        raise CheckpointError(path, "is not a valid manifest: 'files' is not a table")
+    entries: dict[str, FileEntry] = {}
+    for name, value in raw.items():
+        try:
+            entries[str(name)] = FileEntry(int(value["size"]), int(value["crc32"]))
+        except (KeyError, TypeError, ValueError):
+            raise CheckpointError(
+                path, f"is not a valid manifest: entry {name!r} lacks size or crc32"
+            ) from None
+    return entries
+
+
+def read_manifest(folder: Path) -> Manifest | None:
+    """The manifest of ``folder``; ``None`` when it has none (a checkpoint from Accelerate)."""
+    path = folder / MANIFEST
+    try:
+        text = path.read_text(encoding="utf-8")
+    except FileNotFoundError:
+        return None
+    try:
+        raw = json.loads(text)
+        if not isinstance(raw, dict):
+            raise ValueError("not a JSON object")
+        fmt = int(raw.get("format", 0))
+    except (ValueError, TypeError) as exc:
+        raise CheckpointError(path, f"is not a valid manifest ({exc})") from None
+    if fmt > FORMAT:
+        raise CheckpointError(
+            path,
+            f"has format {fmt}, newer than this accelkw reads ({FORMAT}): "
+            f"it was written by accelkw {raw.get('accelkw')}; upgrade accelkw-core",
+        )
+    return Manifest(
+        world_size=int(raw.get("world_size", 1)),
+        step=int(raw.get("step", 0)),
+        handlers=[str(h) for h in raw.get("handlers", [])],
+        files=_entries(raw.get("files", {}), path),
+        version=str(raw.get("accelkw", "?")),
+        format=fmt,
+    )

@@ -1,0 +1,88 @@
+"""Each process's random states, saved with a checkpoint in Accelerate's format.
+
+``random_states_<rank>.pkl`` holds the step, Python's ``random.getstate()``, NumPy's
+``np.random.get_state()`` (when NumPy is installed), torch's CPU and CUDA generator states and
+the data loaders' epochs and generators. The layout is Accelerate's, so either framework resumes
+from the other's file; it is read with ``weights_only=True`` and only NumPy's array types
+allowed, as Accelerate reads it.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import random
+from collections.abc import Iterator, Sequence
+from typing import Any
+
+__all__ = ["numpy_safe_globals", "random_states", "set_random_states"]
+
+
+def random_states(data_loaders: Sequence[Any], step: int) -> dict[str, Any]:
+    """This process's random states (python, numpy when installed, torch, CUDA when present)."""
+    import torch
+
+    states: dict[str, Any] = {"step": step, "random_state": random.getstate()}
+    try:
+        import numpy as np
+    except ImportError:
+        pass
+    else:
+        states["numpy_random_seed"] = np.random.get_state()
+    states["torch_manual_seed"] = torch.get_rng_state()
+    if torch.cuda.is_available():
+        states["torch_cuda_manual_seed"] = torch.cuda.get_rng_state_all()
+    states["data_loaders"] = [
+        {
+            "epoch": getattr(loader, "epoch", 0),
+            "generator": (
+                loader.synchronized_generator.get_state()
+                if getattr(loader, "synchronized_generator", None) is not None
+                else None
+            ),
+        }
+        for loader in data_loaders
+    ]
+    return states
+
+
+def set_random_states(states: dict[str, Any], data_loaders: Sequence[Any]) -> None:
+    """Restore what :func:`random_states` (or Accelerate's ``save_state``) saved."""
+    import torch
+
+    version, internal, gauss = states["random_state"]
+    random.setstate((version, tuple(internal), gauss))
+    if "numpy_random_seed" in states:
+        import numpy as np
+
+        np.random.set_state(states["numpy_random_seed"])
+    torch.set_rng_state(states["torch_manual_seed"])
+    if "torch_cuda_manual_seed" in states and torch.cuda.is_available():
+        torch.cuda.set_rng_state_all(states["torch_cuda_manual_seed"])
+    for loader, saved in zip(data_loaders, states.get("data_loaders", ()), strict=False):
+        if hasattr(loader, "epoch"):
+            loader.epoch = saved["epoch"]
+        generator = getattr(loader, "synchronized_generator", None)
+        if generator is not None and saved["generator"] is not None:
+            generator.set_state(saved["generator"])
+
+
+@contextlib.contextmanager
+def numpy_safe_globals() -> Iterator[None]:
+    """Let ``torch.load(weights_only=True)`` rebuild NumPy arrays (a NumPy random state)."""
+    import torch
+
+    try:
+        import codecs
+
+        import numpy as np
+    except ImportError:
+        yield
+        return
+    allowed: list[Any] = [np.ndarray, np.dtype, codecs.encode]
+    core = getattr(np, "_core", None) or np.core
+    allowed.append(core.multiarray._reconstruct)
+    dtypes = getattr(np, "dtypes", None)
+    if dtypes is not None:
+        allowed.append(dtypes.UInt32DType)
+    with torch.serialization.safe_globals(allowed):
+        yield

@@ -1,0 +1,303 @@
+"""Accelerate's checkpoint API on the ``Accelerator``: ``save_state``, ``load_state``, ``save_model``.
+
+With the ``ProjectConfiguration`` that places them (``project_dir``, automatic naming,
+``total_limit``). The files and their guarantees are :mod:`accelkw_core.runtime.checkpointing`'s.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import re
+import warnings
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from accelkw_core.errors import (
+    CheckpointError,
+    CheckpointNotFoundError,
+    CheckpointWarning,
+    ConfigError,
+)
+from accelkw_core.runtime import checkpointing as ckpt
+from accelkw_core.runtime import durable
+from accelkw_core.runtime.project import ProjectConfiguration, is_complete, numbered_checkpoints
+
+if TYPE_CHECKING:
+    from accelkw_core.runtime.state import AcceleratorState
+
+__all__ = ["CheckpointAPI", "project_configuration"]
+
+logger = logging.getLogger("accelkw.checkpoint")
+_SHARD = re.compile(r".*-\d{5}-of-\d{5}\.(bin|safetensors)")
+
+
+def project_configuration(
+    project_dir: str | os.PathLike[str] | None, project_config: ProjectConfiguration | None
+) -> ProjectConfiguration:
+    """The run's configuration from ``Accelerator(project_dir=, project_config=)``, as Accelerate."""
+    if project_config is not None and not isinstance(project_config, ProjectConfiguration):
+        raise ConfigError(
+            "accelerator", "project_config", project_config, "a ProjectConfiguration or None"
+        )
+    config = project_config if project_config is not None else ProjectConfiguration()
+    if project_dir is not None and config.project_dir is None:
+        config.set_directories(project_dir)
+    return config
+
+
+def _directory(value: Any, what: str) -> Path:
+    if value is None or (isinstance(value, str) and not value):
+        raise ConfigError(
+            "accelerator",
+            what,
+            value,
+            "a directory path (or ProjectConfiguration(automatic_checkpoint_naming=True) "
+            "with a project_dir)",
+        )
+    try:
+        return Path(os.path.expanduser(os.fspath(value)))
+    except TypeError:
+        raise ConfigError(
+            "accelerator", what, value, "a directory path (str or os.PathLike)"
+        ) from None
+
+
+class CheckpointAPI:
+    """``save_state``/``load_state``/``save_model`` and the project folders, as a mixin."""
+
+    state: AcceleratorState
+    _models: list[tuple[Any, Any]]
+    project_configuration: ProjectConfiguration
+
+    if TYPE_CHECKING:
+
+        def _checkpointed(self) -> ckpt.Checkpointed: ...
+        def get_state_dict(self, model: Any, unwrap: bool = True) -> dict[str, Any]: ...
+
+    @property
+    def project_dir(self) -> str | None:
+        """The project folder (``ProjectConfiguration.project_dir``)."""
+        return self.project_configuration.project_dir
+
+    @property
+    def logging_dir(self) -> str | None:
+        """Where trackers write (``ProjectConfiguration.logging_dir``)."""
+        return self.project_configuration.logging_dir
+
+    @property
+    def save_iteration(self) -> int:
+        """The number the next automatically named checkpoint gets."""
+        return self.project_configuration.iteration
+
+    def _next_checkpoint(self) -> Path:
+        config = self.project_configuration
+        parent = config.checkpoints_dir()
+        present = numbered_checkpoints(parent)
+        # A restarted run continues after the newest folder, whatever iteration it was given.
+        if present:
+            config.iteration = max(config.iteration, present[-1][0] + 1)
+        return parent / f"checkpoint_{config.iteration}"
+
+    def _prune(self) -> None:
+        limit = self.project_configuration.total_limit
+        if limit is None:
+            return
+        complete = [
+            path
+            for _, path in numbered_checkpoints(self.project_configuration.checkpoints_dir())
+            if is_complete(path)
+        ]
+        for old in complete[: max(0, len(complete) - limit)]:
+            logger.info("total_limit=%d: removing %s", limit, old)
+            durable.remove_tree(old)
+
+    def save_state(
+        self, output_dir: Any = None, safe_serialization: bool = True, **save_model_func_kwargs: Any
+    ) -> Path:
+        """Save models, optimizers, schedulers, registered objects, handlers and random states.
+
+        Into ``output_dir``, or, with ``ProjectConfiguration(automatic_checkpoint_naming=True)``,
+        into ``<project_dir>/checkpoints/checkpoint_<iteration>``. Weights go to
+        ``model.safetensors`` (``pytorch_model.bin`` with ``safe_serialization=False``). The
+        folder appears complete or not at all: a save interrupted at any instant leaves the
+        previous checkpoint of that name untouched. Returns the folder.
+        """
+        config = self.project_configuration
+        if config.automatic_checkpoint_naming:
+            folder = self._next_checkpoint()
+        else:
+            folder = _directory(output_dir, "output_dir")
+        folder = self._agreed_folder(folder)
+        what = self._checkpointed()
+        weights = (
+            []
+            if self.state.values("model_checkpoint")
+            else [self.get_state_dict(model, unwrap=False) for model in what.models]
+        )
+        logger.info("saving the run's state to %s", folder)
+        saved, notes = ckpt.save_checkpoint(
+            self.state,
+            folder,
+            what,
+            weights,
+            safe_serialization=safe_serialization,
+            save_on_each_node=config.save_on_each_node,
+        )
+        for note in notes:
+            warnings.warn(f"save_state: {note}", CheckpointWarning, stacklevel=2)
+        if config.automatic_checkpoint_naming:
+            if self.state.is_main_process:
+                self._prune()
+            self._barrier()
+        config.iteration += 1
+        return saved
+
+    def _agreed_folder(self, folder: Path) -> Path:
+        # Every process must write into the folder the main process chose (automatic naming
+        # reads the file system, which another process may already have changed).
+        from accelkw_core.runtime import collectives as ops
+
+        if self.state.distributed and ops.has_group():
+            chosen = ops.gather_objects([str(folder)], self.state)[0]
+            return Path(chosen)
+        return folder
+
+    def _barrier(self) -> None:
+        from accelkw_core.runtime import collectives as ops
+
+        if self.state.distributed and ops.has_group():
+            ops.barrier(self.state)
+
+    def load_state(
+        self,
+        input_dir: Any = None,
+        load_kwargs: dict[str, Any] | None = None,
+        **load_model_func_kwargs: Any,
+    ) -> None:
+        """Load a checkpoint into the prepared objects, and the random states: all or nothing.
+
+        ``input_dir`` is the folder; without it, with automatic checkpoint naming, the newest
+        complete checkpoint under ``<project_dir>/checkpoints``. Every file is checked before
+        anything is changed: a missing, short or damaged file raises
+        :class:`~accelkw_core.errors.CheckpointError` naming it, leaving every object as it was.
+        """
+        if input_dir is not None:
+            folder = _directory(input_dir, "input_dir")
+        elif self.project_configuration.automatic_checkpoint_naming:
+            folder = self._newest_complete()
+        else:
+            raise ConfigError(
+                "accelerator",
+                "input_dir",
+                None,
+                "a checkpoint folder (or ProjectConfiguration(automatic_checkpoint_naming=True) "
+                "to load the newest)",
+            )
+        folder = self._agreed_folder(folder)
+        logger.info("loading the run's state from %s", folder)
+        step = ckpt.load_checkpoint(
+            self.state,
+            folder,
+            self._checkpointed(),
+            load_kwargs=load_kwargs,
+            model_kwargs=load_model_func_kwargs,
+        )
+        prop = getattr(type(self), "step", None)
+        if step is not None and isinstance(prop, property) and prop.fset is not None:
+            self.step = step
+
+    def _newest_complete(self) -> Path:
+        parent = self.project_configuration.checkpoints_dir()
+        found = numbered_checkpoints(parent)
+        for _, path in reversed(found):
+            if is_complete(path):
+                return path
+            warnings.warn(
+                f"load_state: skipping {path}, which is incomplete", CheckpointWarning, stacklevel=3
+            )
+        raise CheckpointNotFoundError(parent, "holds no complete checkpoint to load")
+
+    def save_model(
+        self,
+        model: Any,
+        save_directory: Any,
+        max_shard_size: int | str = "10GB",
+        safe_serialization: bool = True,
+    ) -> None:
+        """Save ``model``'s unwrapped weights for ``from_pretrained``-style loading (main process).
+
+        ``model.safetensors`` (``pytorch_model.bin`` with ``safe_serialization=False``), split
+        into ``model-00001-of-0000N.safetensors`` shards with an index above ``max_shard_size``,
+        as Accelerate. Each file is written under a temporary name and renamed into place.
+        """
+        folder = _directory(save_directory, "save_directory")
+        if folder.is_file():
+            raise CheckpointError(folder, "should be a directory, not a file")
+        weights = self.get_state_dict(model)
+        if not self.state.is_main_process:
+            return
+        from huggingface_hub import split_torch_state_dict_into_shards
+
+        folder.mkdir(parents=True, exist_ok=True)
+        if safe_serialization:
+            weights = _without_aliases(weights)
+        name = ckpt.SAFE_MODEL if safe_serialization else ckpt.MODEL
+        stem, suffix = name.rsplit(".", 1)
+        split = split_torch_state_dict_into_shards(
+            weights,
+            filename_pattern=stem + "{suffix}." + suffix,
+            max_shard_size=max_shard_size,
+        )
+        for filename, keys in split.filename_to_tensors.items():
+            _replace_file(folder / filename, {k: weights[k] for k in keys}, safe_serialization)
+        for stale in folder.iterdir():
+            if (
+                stale.name.startswith(stem)
+                and _SHARD.fullmatch(stale.name)
+                and stale.name not in split.filename_to_tensors
+            ):
+                stale.unlink()
+        if split.is_sharded:
+            index = {"metadata": split.metadata, "weight_map": split.tensor_to_filename}
+            text = json.dumps(index, indent=2, sort_keys=True) + "\n"
+            _replace_bytes(folder / (name + ".index.json"), text.encode())
+
+
+def _without_aliases(weights: dict[str, Any]) -> dict[str, Any]:
+    """Keep the first of tensors sharing storage (tied weights), as safetensors requires."""
+    seen: set[tuple[Any, int]] = set()
+    out: dict[str, Any] = {}
+    for key, tensor in weights.items():
+        ident = (tensor.device, tensor.untyped_storage().data_ptr())
+        if ident in seen:
+            continue
+        seen.add(ident)
+        out[key] = tensor
+    return out
+
+
+def _replace_bytes(path: Path, data: bytes | memoryview) -> None:
+    temporary = path.with_name(f".{path.name}{durable.TMP_SUFFIX}")
+    durable.write_durably(temporary, data)
+    os.replace(temporary, path)
+    durable.fsync_dir(path.parent)
+
+
+def _replace_file(path: Path, tensors: dict[str, Any], safe: bool) -> None:
+    import io
+
+    import torch
+
+    if safe:
+        from safetensors.torch import save
+
+        data: bytes | memoryview = save(
+            {k: v.detach().contiguous() for k, v in tensors.items()}, metadata={"format": "pt"}
+        )
+    else:
+        buffer = io.BytesIO()
+        torch.save(tensors, buffer)
+        data = buffer.getbuffer()
+    _replace_bytes(path, data)
