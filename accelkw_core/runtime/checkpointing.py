@@ -120,12 +120,17 @@ def _barrier(state: AcceleratorState) -> None:
         ops.barrier(state)
 
 
+def _written(folder: Path) -> bool:
+    """Whether a temporary folder of ours was written whole (its manifest checks out)."""
+    return is_complete(folder, manifest_required=True)
+
+
 def _prepare_target(folder: Path) -> list[str]:
     """Make ``folder``'s name ready for a new checkpoint; what it found, for warnings."""
     notes = []
     if folder.exists() and not folder.is_dir():
         raise CheckpointError(folder, "is a file, not a folder: save_state writes a folder")
-    recovered = durable.recover(folder, is_complete)
+    recovered = durable.recover(folder, _written)
     if recovered:
         notes.append(recovered)
     for stale in durable.stale_temporaries(folder.parent):
@@ -413,7 +418,7 @@ def load_checkpoint(
     error: BaseException | None = None
     if state.is_main_process and not folder.exists():
         try:
-            durable.recover(folder, is_complete)
+            durable.recover(folder, _written)
         except OSError as exc:
             error = exc
     _barrier(state)

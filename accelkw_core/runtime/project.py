@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from accelkw_core.errors import ConfigError
-from accelkw_core.runtime.manifest import MANIFEST, read_manifest
+from accelkw_core.runtime.manifest import read_manifest
 
 __all__ = ["CHECKPOINTS", "ProjectConfiguration", "is_complete", "numbered_checkpoints"]
 
@@ -114,18 +114,19 @@ def numbered_checkpoints(folder: Path) -> list[tuple[int, Path]]:
     return sorted(found)
 
 
-def is_complete(folder: Path) -> bool:
+def is_complete(folder: Path, *, manifest_required: bool = False) -> bool:
     """Whether ``folder`` holds a whole checkpoint: its manifest's files all there, at their size.
 
-    A folder without a manifest (written by Accelerate) counts when process 0's random states,
-    the file Accelerate writes last, are present.
+    A folder without a manifest (written by Accelerate) counts, unless ``manifest_required``
+    (a temporary folder of accelkw's own), when process 0's random states, the file Accelerate
+    writes last, are present.
     """
     try:
         manifest = read_manifest(folder)
     except Exception:
         return False
     if manifest is None:
-        return (folder / "random_states_0.pkl").is_file() and not (folder / MANIFEST).exists()
+        return not manifest_required and (folder / "random_states_0.pkl").is_file()
     for name, entry in manifest.files.items():
         try:
             if (folder / name).stat().st_size != entry.size:

@@ -1,0 +1,149 @@
+"""Training programs killed while they save, for tests/test_checkpoints.py.
+
+Run as a script (one process) or through ``run_workers`` (two)::
+
+    python tests/checkpoint_workers.py RUN_DIR MOMENT
+
+Each saves ``RUN_DIR/ckpt`` once (the *first* checkpoint), takes a step, and saves over it (the
+*second*), dying with SIGKILL at ``MOMENT`` of the second save:
+
+- ``object``: while the files are written (a registered object's ``state_dict`` kills);
+- ``write``: at the process's first file write of the save (what a rank other than 0 writes);
+- ``rename-<n>``: at the n-th ``os.rename`` of the save (the commit), with the atomic exchange
+  turned off, so the fallback's two renames and their recovery are what is tested;
+- ``commit``: right after the commit, before the processes meet again;
+- ``timed``: not at all from inside: the script writes ``RUN_DIR/saving`` just before the save,
+  and the test kills it after a delay of its choosing;
+- ``none``: no kill.
+
+Before each save the weights it will hold are written to ``RUN_DIR/first.pt`` and
+``RUN_DIR/second.pt`` (rank 0), so the test can tell which checkpoint survived.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import sys
+from pathlib import Path
+from typing import Any
+
+
+def _kill() -> None:
+    os.kill(os.getpid(), signal.SIGKILL)
+
+
+class Tripwire:
+    """A registered object whose ``state_dict`` kills the process once armed."""
+
+    def __init__(self) -> None:
+        self.armed = False
+        self.count = 0
+
+    def state_dict(self) -> dict[str, int]:
+        if self.armed:
+            _kill()
+        return {"count": self.count}
+
+    def load_state_dict(self, state: dict[str, int]) -> None:
+        self.count = state["count"]
+
+
+def _arm_renames(n: int) -> None:
+    from accelkw_core.runtime import durable
+
+    durable._exchange = lambda a, b: False  # type: ignore[attr-defined]
+    real = os.rename
+    seen = [0]
+
+    def rename(src: Any, dst: Any) -> None:
+        seen[0] += 1
+        if seen[0] == n:
+            _kill()
+        real(src, dst)
+
+    os.rename = rename  # type: ignore[assignment]
+
+
+def _arm_write() -> None:
+    from accelkw_core.runtime import checkpoint_io
+
+    def write(path: Path, data: Any) -> Any:
+        path.write_bytes(bytes(data)[: len(data) // 2])
+        _kill()
+
+    checkpoint_io.write_durably = write  # type: ignore[attr-defined]
+
+
+def _arm_commit() -> None:
+    from accelkw_core.runtime import durable
+
+    real = durable.commit_folder
+
+    def commit(temporary: Path, final: Path) -> None:
+        real(temporary, final)
+        _kill()
+
+    durable.commit_folder = commit
+
+
+def build(rank: int, world_size: int) -> tuple[Any, ...]:
+    """An Accelerator (a gloo group for two processes), a model of ~4 MB, Adam, a Tripwire."""
+    import torch
+
+    from accelkw_core import Accelerator
+    from accelkw_core.testing import isolated_registry, plugin_of
+    from tests.runtime_helpers import GroupKwargs, SyncKwargs
+
+    acc = Accelerator(cpu=True, registry=isolated_registry([plugin_of(GroupKwargs, SyncKwargs)]))
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(torch.nn.Linear(256, 1024), torch.nn.Linear(1024, 256))
+    optimizer = torch.optim.Adam(model.parameters(), lr=0.01)
+    model, optimizer = acc.prepare(model, optimizer)
+    tripwire = Tripwire()
+    acc.register_for_checkpointing(tripwire)
+    return acc, model, optimizer, tripwire
+
+
+def _step(acc: Any, model: Any, optimizer: Any) -> None:
+    import torch
+
+    loss = model(torch.randn(8, 256)).pow(2).mean()
+    acc.backward(loss)
+    optimizer.step()
+    optimizer.zero_grad()
+
+
+def run(rank: int, run_dir: str, moment: str, victim: int = 0) -> None:
+    """Save, step, save again and die at ``moment`` of the second save (on rank ``victim``)."""
+    import torch
+
+    out = Path(run_dir)
+    world_size = int(os.environ.get("WORLD_SIZE", "1"))
+    acc, model, optimizer, tripwire = build(rank, world_size)
+    _step(acc, model, optimizer)
+    if rank == 0:
+        torch.save(acc.get_state_dict(model), out / "first.pt")
+    acc.save_state(out / "ckpt")
+    _step(acc, model, optimizer)
+    if rank == 0:
+        torch.save(acc.get_state_dict(model), out / "second.pt")
+    acc.wait_for_everyone()
+    if rank == victim:
+        if moment == "object":
+            tripwire.armed = True
+        elif moment.startswith("rename-"):
+            _arm_renames(int(moment.split("-")[1]))
+        elif moment == "write":
+            _arm_write()
+        elif moment == "commit":
+            _arm_commit()
+        elif moment == "timed":
+            (out / "saving").write_text("now")
+    acc.save_state(out / "ckpt")
+    acc.end_training()
+
+
+if __name__ == "__main__":
+    sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+    run(0, sys.argv[1], sys.argv[2])
