@@ -192,7 +192,7 @@ def test_a_handler_added_since_the_save_starts_fresh_with_a_warning(tmp_path: Pa
     trained(acc)
     acc.save_state(tmp_path / "ckpt")
     later = make(mixed_precision="fp16")  # the scaler handler now saves state
-    model, optimizer, scheduler, counter = trained(later, seed=1)
+    model, _optimizer, _scheduler, counter = trained(later, seed=1)
     scale = later.scaler.get_scale()
     with pytest.warns(CheckpointWarning, match="handler 'scale' has no state in this checkpoint"):
         later.load_state(tmp_path / "ckpt")
@@ -438,7 +438,7 @@ def test_two_processes_killed_during_a_save_leave_a_whole_checkpoint(
 
 
 def _load_damaged(rank: int, run_dir: str) -> dict[str, Any]:
-    acc, model, optimizer, tripwire = workers.build(rank, 2)
+    acc, model, _optimizer, _tripwire = workers.build(rank, 2)
     before = {k: v.clone() for k, v in model.state_dict().items()}
     try:
         acc.load_state(Path(run_dir) / "ckpt")
