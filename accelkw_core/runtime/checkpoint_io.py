@@ -2,7 +2,7 @@
 
 ``save_state`` hands a :class:`CheckpointWriter` to the core's own layout and to each handler that
 owns its checkpoint (``save_checkpoint(writer)``); every file written through it is fsynced and
-recorded, size and CRC-32, for the manifest. ``load_state`` hands a :class:`CheckpointReader`:
+recorded, size and XXH3-64 hash, for the manifest. ``load_state`` hands a :class:`CheckpointReader`:
 each read is checked against the manifest first (a checkpoint written by Accelerate has none, and
 is checked by reading it whole), and a file that is missing, short or damaged is one
 :class:`~accelkw_core.errors.CheckpointError` naming it. Torch is imported inside the methods.
@@ -12,11 +12,12 @@ from __future__ import annotations
 
 import io
 import os
+from concurrent.futures import Future, ThreadPoolExecutor
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from accelkw_core.errors import CheckpointError
-from accelkw_core.runtime.durable import FileEntry, entry_of, write_durably
+from accelkw_core.runtime.durable import EagerFile, FileEntry, entry_of
 from accelkw_core.runtime.manifest import Manifest
 
 if TYPE_CHECKING:
@@ -46,13 +47,29 @@ class CheckpointWriter:
         self.world_size = state.world_size
         self.is_main_process = state.is_main_process
         self.entries: dict[str, FileEntry] = {}
+        # Files a library wrote are fsynced and hashed on a thread while the next one is
+        # serialised: an fsync waits on the disk, not on the CPU.
+        self._pending: dict[str, Future[FileEntry]] = {}
+        self._pool: ThreadPoolExecutor | None = None
+
+    def finish(self) -> dict[str, FileEntry]:
+        """Wait for every file to be on disk; what this process wrote, for the manifest."""
+        try:
+            for name, future in self._pending.items():
+                self.entries[name] = future.result()
+        finally:
+            self._pending.clear()
+            if self._pool is not None:
+                self._pool.shutdown(wait=True, cancel_futures=True)
+                self._pool = None
+        return dict(self.entries)
 
     def write_bytes(self, name: str, data: bytes | memoryview) -> Path:
-        """Write ``data`` to ``name`` (relative to the folder), fsynced and recorded."""
-        name = _relative(name)
-        path = self.folder / name
-        path.parent.mkdir(parents=True, exist_ok=True)
-        self.entries[name] = write_durably(path, data)
+        """Write ``data`` to ``name`` (relative to the folder), recorded; fsynced by :meth:`finish`."""
+        path = self._path(name)
+        with open(path, "wb") as fh:
+            fh.write(data)
+        self.record(name)
         return path
 
     def save(self, name: str, obj: Any, *, owner: str | None = None) -> Path:
@@ -60,47 +77,69 @@ class CheckpointWriter:
 
         With ``owner`` (who the state belongs to, for the message), the bytes are first read
         back with ``torch.load(weights_only=True)``, as ``load_state`` will read them, so a
-        state torch refuses fails now, naming ``owner``, and not at load time.
+        state torch refuses fails now, naming ``owner``, and not at load time. Without it (an
+        optimizer's state, which is tensors and numbers) the file is written straight away.
         """
         import torch
 
+        if owner is None:
+            path = self._path(name)
+            with open(path, "wb") as fh:
+                eager = EagerFile(fh, self._executor())
+                try:
+                    torch.save(obj, eager)
+                finally:
+                    eager.close()
+            self.record(name)
+            return path
         buffer = io.BytesIO()
         torch.save(obj, buffer)
         data = buffer.getbuffer()
-        if owner is not None:
-            try:
-                torch.load(io.BytesIO(data), map_location="cpu", weights_only=True)
-            except Exception as exc:
-                first = str(exc).strip().splitlines()[0] if str(exc).strip() else ""
-                raise CheckpointError(
-                    self.folder / name,
-                    f"cannot be saved: the state of {owner} holds objects that "
-                    f"torch.load(weights_only=True) refuses ({type(exc).__name__}: {first}); "
-                    "its state_dict() must return tensors, numbers, strings and containers",
-                ) from exc
+        try:
+            torch.load(io.BytesIO(data), map_location="cpu", weights_only=True)
+        except Exception as exc:
+            raise CheckpointError(
+                self.folder / name,
+                f"cannot be saved: the state of {owner} holds objects that "
+                f"torch.load(weights_only=True) refuses ({_first_line(exc)}); "
+                "its state_dict() must return tensors, numbers, strings and containers",
+            ) from exc
         return self.write_bytes(name, data)
 
     def save_tensors(self, name: str, tensors: dict[str, Any]) -> Path:
         """A dict of tensors as a safetensors file (``model.safetensors``)."""
-        from safetensors.torch import save
+        from safetensors.torch import save_file
 
+        path = self._path(name)
         try:
-            data = save(
+            save_file(
                 {k: v.detach().contiguous() for k, v in tensors.items()},
+                path,
                 metadata={"format": "pt"},
             )
         except RuntimeError as exc:
             raise CheckpointError(
                 self.folder / name,
-                f"cannot be saved as safetensors ({exc}); save_state(safe_serialization=False) "
-                "writes pytorch_model.bin instead",
+                f"cannot be saved as safetensors ({_first_line(exc)}); "
+                "save_state(safe_serialization=False) writes pytorch_model.bin instead",
             ) from exc
-        return self.write_bytes(name, data)
+        self.record(name)
+        return path
+
+    def _path(self, name: str) -> Path:
+        path = self.folder / _relative(name)
+        path.parent.mkdir(parents=True, exist_ok=True)
+        return path
 
     def record(self, name: str) -> None:
         """Fsync and record a file a library wrote into the folder itself (DCP's shards)."""
         name = _relative(name)
-        self.entries[name] = entry_of(self.folder / name)
+        self._pending[name] = self._executor().submit(entry_of, self.folder / name)
+
+    def _executor(self) -> ThreadPoolExecutor:
+        if self._pool is None:
+            self._pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="accelkw-fsync")
+        return self._pool
 
     def record_tree(self, name: str) -> None:
         """:meth:`record` every file under the sub-folder ``name``."""
@@ -135,19 +174,11 @@ class CheckpointReader:
 
     def read_bytes(self, name: str) -> bytes:
         """The bytes of ``name``, checked against the manifest."""
-        name = _relative(name)
-        path = self.folder / name
-        if self.manifest is not None and name not in self.manifest.files:
-            raise CheckpointError(path, "is not part of this checkpoint (not in its manifest)")
+        path = self.verify(name)
         try:
-            data = path.read_bytes()
-        except FileNotFoundError:
-            raise CheckpointError(path, "is missing") from None
+            return path.read_bytes()
         except OSError as exc:
             raise CheckpointError(path, f"cannot be read ({exc.strerror or exc})") from None
-        if self.manifest is not None:
-            self.manifest.check(self.folder, name, data)
-        return data
 
     def load(self, name: str, **load_kwargs: Any) -> Any:
         """``torch.load(weights_only=True)`` of ``name``, on the CPU; errors name the file."""
@@ -155,33 +186,41 @@ class CheckpointReader:
 
         from accelkw_core.runtime.random_states import numpy_safe_globals
 
-        data = self.read_bytes(name)
+        path = self.verify(name)
         load_kwargs.setdefault("map_location", "cpu")
         load_kwargs["weights_only"] = True
         try:
             with numpy_safe_globals():
-                return torch.load(io.BytesIO(data), **load_kwargs)
+                return torch.load(path, **load_kwargs)
         except Exception as exc:
             raise CheckpointError(
-                self.folder / name, f"is damaged or not a torch file ({_first_line(exc)})"
+                path, f"is damaged or not a torch file ({_first_line(exc)})"
             ) from exc
 
     def load_tensors(self, name: str) -> dict[str, Any]:
         """The tensors of the safetensors file ``name``."""
-        from safetensors.torch import load
+        from safetensors.torch import load_file
 
-        data = self.read_bytes(name)
+        path = self.verify(name)
         try:
-            return dict(load(data))
+            return dict(load_file(path))
         except Exception as exc:
             raise CheckpointError(
-                self.folder / name, f"is damaged or not a safetensors file ({_first_line(exc)})"
+                path, f"is damaged or not a safetensors file ({_first_line(exc)})"
             ) from exc
 
     def verify(self, name: str) -> Path:
-        """Check ``name`` (a file a library will read itself); returns its path."""
-        self.read_bytes(name)
-        return self.folder / _relative(name)
+        """Check ``name`` against the manifest (size, then hash); returns its path.
+
+        For a checkpoint without a manifest, only that it exists: reading it checks the rest.
+        """
+        name = _relative(name)
+        path = self.folder / name
+        if self.manifest is not None:
+            self.manifest.check_file(self.folder, name)
+        elif not path.is_file():
+            raise CheckpointError(path, "is missing")
+        return path
 
     def verify_tree(self, name: str) -> Path:
         """Check every file under the sub-folder ``name`` (a DCP checkpoint); returns its path."""
@@ -191,7 +230,7 @@ class CheckpointReader:
             if not names:
                 raise CheckpointError(root, "is missing (the manifest lists no file under it)")
             for file in names:
-                self.read_bytes(file)
+                self.manifest.check_file(self.folder, file)
         elif not root.is_dir():
             raise CheckpointError(root, "is missing")
         return root

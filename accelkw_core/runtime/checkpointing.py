@@ -12,7 +12,7 @@ the processes agree that all writes succeeded; the main process writes the manif
 the folder into place in one rename (:mod:`accelkw_core.runtime.durable`). A crash at any instant
 leaves the previous checkpoint or the new one, whole.
 
-Loading: every process reads and checks everything it will apply (sizes and CRC-32 against the
+Loading: every process reads and checks everything it will apply (sizes and XXH3 hashes against the
 manifest; keys and shapes against the objects) before it changes anything; the processes agree;
 only then is the state applied. A missing, short or damaged file is one
 :class:`~accelkw_core.errors.CheckpointError` naming it, and every object is left as it was.
@@ -166,13 +166,15 @@ def _write_states(
         store[0].save_checkpoint(writer, what.models, what.optimizers)
     if shared:
         if not store:
+            # The optimizers first: their state is the largest, and its fsync goes on while
+            # the rest is written.
+            for i, optimizer in enumerate(what.optimizers):
+                writer.save(numbered("optimizer.bin", i), optimizer.state_dict())
             for i, model_weights in enumerate(weights):
                 if safe:
                     writer.save_tensors(numbered(SAFE_MODEL, i), model_weights)
                 else:
                     writer.save(numbered(MODEL, i), model_weights)
-            for i, optimizer in enumerate(what.optimizers):
-                writer.save(numbered("optimizer.bin", i), optimizer.state_dict())
         for i, scheduler in enumerate(what.schedulers):
             writer.save(
                 numbered("scheduler.bin", i), scheduler.state_dict(), owner=f"scheduler {i}"
@@ -221,9 +223,12 @@ def save_checkpoint(
     writer = CheckpointWriter(temporary, state)
     handlers: list[str] = []
     try:
-        handlers = _write_states(
-            writer, state, what, weights, safe=safe_serialization, shared=committer
-        )
+        try:
+            handlers = _write_states(
+                writer, state, what, weights, safe=safe_serialization, shared=committer
+            )
+        finally:
+            writer.finish()
     except BaseException as exc:
         error = exc
     entries = _gather_entries(state, writer, error)

@@ -15,23 +15,25 @@ from __future__ import annotations
 import contextlib
 import ctypes
 import ctypes.util
+import mmap
 import os
 import shutil
-import zlib
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from concurrent.futures import Executor, Future
 from pathlib import Path
-from typing import NamedTuple
+from typing import BinaryIO, NamedTuple
 
 __all__ = [
     "OLD_SUFFIX",
     "TMP_SUFFIX",
+    "EagerFile",
     "FileEntry",
     "aside_of",
     "checksum",
     "commit_folder",
     "entry_of",
     "fsync_dir",
-    "fsync_file",
+    "mapped",
     "recover",
     "remove_tree",
     "stale_temporaries",
@@ -41,19 +43,20 @@ __all__ = [
 
 TMP_SUFFIX = ".accelkw-tmp"
 OLD_SUFFIX = ".accelkw-old"
-_CHUNK = 16 * 2**20
 
 
 class FileEntry(NamedTuple):
-    """What the manifest records of one file: its size in bytes and its CRC-32."""
+    """What the manifest records of one file: its size in bytes and its XXH3-64 hash."""
 
     size: int
-    crc32: int
+    xxh3: int
 
 
-def checksum(data: bytes | memoryview, start: int = 0) -> int:
-    """The CRC-32 of ``data`` (zlib's, as zip files use), continuing from ``start``."""
-    return zlib.crc32(data, start)
+def checksum(data: bytes | memoryview | mmap.mmap) -> int:
+    """The XXH3-64 hash of ``data`` (xxHash's: several GB/s, so checking costs little)."""
+    import xxhash
+
+    return int(xxhash.xxh3_64_intdigest(data))
 
 
 def temporary_of(final: Path) -> Path:
@@ -64,15 +67,6 @@ def temporary_of(final: Path) -> Path:
 def aside_of(final: Path) -> Path:
     """Where the fallback commit moves the previous ``final`` while the new one takes its name."""
     return final.with_name(f".{final.name}{OLD_SUFFIX}")
-
-
-def fsync_file(path: Path) -> None:
-    """Flush ``path``'s data to the disk."""
-    fd = os.open(path, os.O_RDONLY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
 
 
 def fsync_dir(path: Path) -> None:
@@ -92,27 +86,64 @@ def fsync_dir(path: Path) -> None:
 def write_durably(path: Path, data: bytes | memoryview) -> FileEntry:
     """Write ``data`` to ``path``, flushed and fsynced; returns what the manifest records."""
     view = memoryview(data).cast("B")
-    crc = 0
     with open(path, "wb") as fh:
-        for start in range(0, len(view), _CHUNK):
-            chunk = view[start : start + _CHUNK]
-            fh.write(chunk)
-            crc = zlib.crc32(chunk, crc)
+        fh.write(view)
         fh.flush()
         os.fsync(fh.fileno())
-    return FileEntry(len(view), crc)
+    return FileEntry(len(view), checksum(view))
+
+
+@contextlib.contextmanager
+def mapped(path: Path) -> Iterator[mmap.mmap | bytes]:
+    """The bytes of ``path``, mapped read-only (no copy out of the page cache)."""
+    with open(path, "rb") as fh:
+        if os.fstat(fh.fileno()).st_size == 0:
+            yield b""
+            return
+        with mmap.mmap(fh.fileno(), 0, access=mmap.ACCESS_READ) as view:
+            yield view
+
+
+class EagerFile:
+    """A file being written whose bytes the disk starts taking before the writer is done.
+
+    Every ``step`` bytes, ``fdatasync`` runs on ``sync`` (a one-thread executor) while the
+    writer goes on, so the final fsync waits for the tail only. ``torch.save`` writes to it as
+    to any file object.
+    """
+
+    def __init__(self, fh: BinaryIO, sync: Executor, step: int = 32 * 2**20) -> None:
+        self._fh = fh
+        self._sync = sync
+        self._step = step
+        self._unsynced = 0
+        self._flushing: Future[None] | None = None
+
+    def write(self, data: bytes | memoryview) -> int:
+        written = self._fh.write(data)
+        self._unsynced += written
+        if self._unsynced >= self._step and (self._flushing is None or self._flushing.done()):
+            self._fh.flush()
+            self._flushing = self._sync.submit(os.fdatasync, self._fh.fileno())
+            self._unsynced = 0
+        return written
+
+    def flush(self) -> None:
+        self._fh.flush()
+
+    def close(self) -> None:
+        """Wait for a data sync still running; the caller closes the file and fsyncs it."""
+        self._fh.flush()
+        if self._flushing is not None:
+            self._flushing.result()
 
 
 def entry_of(path: Path) -> FileEntry:
-    """Size and CRC-32 of a file already on disk (one written by a library), after an fsync."""
-    crc = 0
-    size = 0
-    with open(path, "rb") as fh:
-        while chunk := fh.read(_CHUNK):
-            crc = zlib.crc32(chunk, crc)
-            size += len(chunk)
+    """Size and hash of a file a library wrote itself (``torch.save``, safetensors), fsynced."""
+    with open(path, "rb+") as fh:
         os.fsync(fh.fileno())
-    return FileEntry(size, crc)
+    with mapped(path) as view:
+        return FileEntry(len(view), checksum(view))
 
 
 def _exchange(a: Path, b: Path) -> bool:

@@ -1,7 +1,7 @@
 """The manifest of a checkpoint folder: what it holds, written last, checked before any load.
 
 ``accelkw_checkpoint.json`` lists every file of the checkpoint (path relative to the folder, size,
-CRC-32), the accelkw version and world size that wrote it, the step, and the keys of the
+XXH3-64 hash), the accelkw version and world size that wrote it, the step, and the keys of the
 handlers whose state it holds. A folder without one was written by Accelerate (or by accelkw
 before 0.3); a folder whose manifest does not match its files is damaged. Torch-free.
 """
@@ -9,6 +9,7 @@ before 0.3); a folder whose manifest does not match its files is damaged. Torch-
 from __future__ import annotations
 
 import json
+import mmap
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -16,7 +17,7 @@ from typing import Any
 
 from accelkw_core._version import __version__
 from accelkw_core.errors import CheckpointError
-from accelkw_core.runtime.durable import FileEntry, checksum, write_durably
+from accelkw_core.runtime.durable import FileEntry, checksum, mapped, write_durably
 
 __all__ = ["FORMAT", "MANIFEST", "Manifest", "read_manifest"]
 
@@ -44,25 +45,47 @@ class Manifest:
             "step": self.step,
             "handlers": sorted(self.handlers),
             "files": {
-                name: {"size": e.size, "crc32": e.crc32} for name, e in sorted(self.files.items())
+                name: {"size": e.size, "xxh3_64": f"{e.xxh3:016x}"}
+                for name, e in sorted(self.files.items())
             },
         }
         write_durably(folder / MANIFEST, json.dumps(data, indent=1).encode())
 
-    def check(self, folder: Path, name: str, data: bytes | memoryview) -> None:
-        """Raise :class:`CheckpointError` unless ``data`` is what was saved as ``name``."""
+    def entry(self, folder: Path, name: str) -> FileEntry:
+        """The record of ``name``; a :class:`CheckpointError` when the manifest lacks it."""
         entry = self.files.get(name)
         if entry is None:
             raise CheckpointError(folder / name, "is not listed in the checkpoint's manifest")
-        size = memoryview(data).nbytes
+        return entry
+
+    def check(self, folder: Path, name: str, data: bytes | memoryview | mmap.mmap) -> None:
+        """Raise :class:`CheckpointError` unless ``data`` is what was saved as ``name``."""
+        entry = self.entry(folder, name)
+        self._check_size(folder, name, len(data), entry)
+        if checksum(data) != entry.xxh3:
+            raise CheckpointError(
+                folder / name, "is corrupted: its hash differs from the manifest's"
+            )
+
+    def check_file(self, folder: Path, name: str) -> None:
+        """:meth:`check` the file ``folder / name`` on disk (its size first, mapped, not copied)."""
+        entry = self.entry(folder, name)
+        path = folder / name
+        try:
+            self._check_size(folder, name, path.stat().st_size, entry)
+            with mapped(path) as view:
+                self.check(folder, name, view)
+        except FileNotFoundError:
+            raise CheckpointError(path, "is missing") from None
+        except OSError as exc:
+            raise CheckpointError(path, f"cannot be read ({exc.strerror or exc})") from None
+
+    @staticmethod
+    def _check_size(folder: Path, name: str, size: int, entry: FileEntry) -> None:
         if size != entry.size:
             what = "truncated" if size < entry.size else "longer than saved"
             raise CheckpointError(
                 folder / name, f"is {what}: {size} bytes, the manifest says {entry.size}"
-            )
-        if checksum(data) != entry.crc32:
-            raise CheckpointError(
-                folder / name, "is corrupted: its CRC-32 differs from the manifest's"
             )
 
     def missing(self, folder: Path) -> list[str]:
@@ -76,10 +99,10 @@ def _entries(raw: Any, path: Path) -> dict[str, FileEntry]:
     entries: dict[str, FileEntry] = {}
     for name, value in raw.items():
         try:
-            entries[str(name)] = FileEntry(int(value["size"]), int(value["crc32"]))
+            entries[str(name)] = FileEntry(int(value["size"]), int(value["xxh3_64"], 16))
         except (KeyError, TypeError, ValueError):
             raise CheckpointError(
-                path, f"is not a valid manifest: entry {name!r} lacks size or crc32"
+                path, f"is not a valid manifest: entry {name!r} lacks size or xxh3_64"
             ) from None
     return entries
 

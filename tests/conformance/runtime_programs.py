@@ -172,3 +172,53 @@ def resume_run(name: str, folder: Path) -> list[list[float]]:
     out = [_checkpoint_step(accelerator, model, optimizer, scheduler) for _ in range(2)]
     accelerator.end_training()
     return out
+
+
+def restarted_naming(name: str, project: Path) -> list[str]:
+    """Two saves, a restart with a fresh ProjectConfiguration, a third save: what each gave."""
+    import torch
+
+    Accelerator, utils = framework(name)
+    outcomes = []
+    for run in range(2):
+        config = utils.ProjectConfiguration(
+            project_dir=str(project), automatic_checkpoint_naming=True
+        )
+        accelerator = Accelerator(cpu=True, project_config=config)
+        accelerator.prepare(torch.nn.Linear(2, 1))
+        for _ in range(2 if run == 0 else 1):
+            try:
+                outcomes.append(Path(accelerator.save_state()).name)
+            except Exception as exc:
+                outcomes.append(type(exc).__name__)
+        accelerator.end_training()
+    return outcomes
+
+
+class Opaque:
+    """A registered object whose state holds an object, not tensors and numbers."""
+
+    def __init__(self) -> None:
+        self.value: Any = None
+
+    def state_dict(self) -> dict[str, Any]:
+        return {"value": Path("somewhere")}
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        self.value = state["value"]
+
+
+def opaque_state(name: str, folder: Path) -> str:
+    """save_state then load_state with an Opaque registered: what happened."""
+    Accelerator, _ = framework(name)
+    accelerator = Accelerator(cpu=True)
+    obj = Opaque()
+    accelerator.register_for_checkpointing(obj)
+    try:
+        accelerator.save_state(folder)
+        accelerator.load_state(folder)
+    except Exception as exc:
+        return f"{type(exc).__name__}: {exc}"
+    finally:
+        accelerator.end_training()
+    return f"loaded {obj.value!r}"

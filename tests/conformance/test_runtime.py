@@ -142,3 +142,26 @@ def test_each_framework_resumes_from_the_others_checkpoint_bit_for_bit(
     # steps after the save exactly as the saver took them: losses, Python and NumPy draws.
     assert programs.resume_run("accelkw", tmp_path / "ref") == ref["first"]
     assert programs.resume_run("accelerate", tmp_path / "ours") == ours["first"]
+
+
+def test_automatic_naming_continues_after_a_restart_where_accelerate_collides(
+    accelerate: ModuleType, tmp_path: Path
+) -> None:
+    ref = programs.restarted_naming("accelerate", tmp_path / "ref")
+    ours = programs.restarted_naming("accelkw", tmp_path / "ours")
+    assert ref == ["checkpoint_0", "checkpoint_1", "ValueError"]  # checkpoint_0 exists
+    assert ours == ["checkpoint_0", "checkpoint_1", "checkpoint_2"]
+    listed("checkpoint-automatic-naming")
+
+
+def test_a_state_weights_only_refuses_fails_at_save_where_accelerate_loads_it(
+    accelerate: ModuleType, tmp_path: Path
+) -> None:
+    ref = programs.opaque_state("accelerate", tmp_path / "ref")
+    ours = programs.opaque_state("accelkw", tmp_path / "ours")
+    assert ref == "loaded PosixPath('somewhere')"
+    assert (
+        ours.startswith("CheckpointError: checkpoint: ") and "registered object 0 (Opaque)" in ours
+    )
+    assert not (tmp_path / "ours").exists()
+    listed("checkpoint-weights-only")

@@ -1,0 +1,133 @@
+"""save_state and load_state of ~300 MB (weights and AdamW state): accelkw beside Accelerate 1.15.
+
+accelkw's save is durable (every file fsynced, a manifest with each file's CRC-32, the folder
+renamed into place); its load checks every file against the manifest before it changes anything.
+Accelerate's save writes the files and returns (no fsync); its load reads them. Both write
+``model.safetensors`` (the default) and ``optimizer.bin``.
+
+Each round runs each framework in a fresh process, in turn (A, B, A, B, ...): build a
+25M-parameter model (100 MB of float32 weights), take one AdamW step (200 MB of optimizer
+state), then time ``save_state`` to a new folder ``--saves`` times (each into a new folder) and
+``load_state`` of the last one ``--saves`` times. Printed: the median of every round's median,
+with min and max, and accelkw / Accelerate.
+
+    python bench/bench_checkpoint.py [--rounds 5] [--saves 3] [--dir /path/on/the/disk]
+
+Targets (issue 18): durable save at most 1.3x Accelerate's; load no slower than Accelerate's.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shutil
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+CHILD = r"""
+import json, shutil, sys, time
+from pathlib import Path
+import torch
+
+framework, folder, saves = sys.argv[1], Path(sys.argv[2]), int(sys.argv[3])
+torch.set_num_threads(1)
+torch.manual_seed(0)
+if framework == "accelkw":
+    from accelkw_core import Accelerator
+else:
+    from accelerate import Accelerator
+acc = Accelerator(cpu=True)
+model = torch.nn.Sequential(torch.nn.Linear(5000, 2500), torch.nn.Linear(2500, 5000))
+opt = torch.optim.AdamW(model.parameters(), lr=1e-3)
+model, opt = acc.prepare(model, opt)
+model(torch.randn(2, 5000)).sum().backward()
+opt.step()
+opt.zero_grad()
+save, load = [], []
+for i in range(saves):
+    target = folder / f"ckpt{i}"
+    start = time.perf_counter()
+    acc.save_state(target)
+    save.append(time.perf_counter() - start)
+    if i < saves - 1:
+        shutil.rmtree(target)
+size = sum(p.stat().st_size for p in target.rglob("*") if p.is_file())
+for _ in range(saves):
+    start = time.perf_counter()
+    acc.load_state(target)
+    load.append(time.perf_counter() - start)
+print(json.dumps({"save": save, "load": load, "bytes": size}))
+"""
+
+FRAMEWORKS = ("accelerate", "accelkw")
+
+
+def run_child(framework: str, base: Path, saves: int) -> dict[str, list[float] | int]:
+    folder = Path(tempfile.mkdtemp(dir=base, prefix=f"{framework}-"))
+    try:
+        env = {**os.environ, "OMP_NUM_THREADS": "1", "ACCELKW_PLUGINS": "process_group"}
+        out = subprocess.run(
+            [sys.executable, "-c", CHILD, framework, str(folder), str(saves)],
+            check=True,
+            capture_output=True,
+            text=True,
+            env=env,
+        ).stdout
+        result: dict[str, list[float] | int] = json.loads(out.strip().splitlines()[-1])
+        return result
+    finally:
+        shutil.rmtree(folder, ignore_errors=True)
+
+
+def show(samples: list[float]) -> str:
+    return (
+        f"median {statistics.median(samples) * 1000:7.0f} ms "
+        f"(min {min(samples) * 1000:.0f}, max {max(samples) * 1000:.0f}, n={len(samples)})"
+    )
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--rounds", type=int, default=5)
+    parser.add_argument("--saves", type=int, default=3)
+    parser.add_argument("--dir", type=Path, default=Path(tempfile.gettempdir()))
+    args = parser.parse_args()
+    medians: dict[str, dict[str, list[float]]] = {
+        fw: {"save": [], "load": []} for fw in FRAMEWORKS
+    }
+    ratios: dict[str, list[float]] = {"save": [], "load": []}
+    size = 0
+    started = time.time()
+    for _ in range(args.rounds):
+        this_round = {}
+        for fw in FRAMEWORKS:
+            result = run_child(fw, args.dir, args.saves)
+            size = int(result["bytes"])  # type: ignore[arg-type]
+            this_round[fw] = result
+            for what in ("save", "load"):
+                medians[fw][what].append(statistics.median(result[what]))  # type: ignore[arg-type]
+        for what in ("save", "load"):
+            ratios[what].append(
+                statistics.median(this_round["accelkw"][what])  # type: ignore[arg-type]
+                / statistics.median(this_round["accelerate"][what])  # type: ignore[arg-type]
+            )
+    print(f"checkpoint of {size / 2**20:.0f} MiB, {args.rounds} rounds, {time.time() - started:.0f} s")
+    for what, target in (("save", 1.3), ("load", 1.0)):
+        for fw in FRAMEWORKS:
+            print(f"  {what} {fw:10s} {show(medians[fw][what])}")
+        ratio = statistics.median(ratios[what])
+        verdict = "OK" if ratio <= target else "MISSED"
+        print(
+            f"  {what} accelkw / Accelerate: median of paired ratios {ratio:.2f} "
+            f"(min {min(ratios[what]):.2f}, max {max(ratios[what]):.2f}; target <= {target}) "
+            f"{verdict}"
+        )
+
+
+if __name__ == "__main__":
+    main()
