@@ -97,9 +97,7 @@ def main() -> None:
     parser.add_argument("--saves", type=int, default=3)
     parser.add_argument("--dir", type=Path, default=Path(tempfile.gettempdir()))
     args = parser.parse_args()
-    medians: dict[str, dict[str, list[float]]] = {
-        fw: {"save": [], "load": []} for fw in FRAMEWORKS
-    }
+    medians: dict[str, dict[str, list[float]]] = {fw: {"save": [], "load": []} for fw in FRAMEWORKS}
     ratios: dict[str, list[float]] = {"save": [], "load": []}
     size = 0
     started = time.time()
@@ -116,7 +114,9 @@ def main() -> None:
                 statistics.median(this_round["accelkw"][what])  # type: ignore[arg-type]
                 / statistics.median(this_round["accelerate"][what])  # type: ignore[arg-type]
             )
-    print(f"checkpoint of {size / 2**20:.0f} MiB, {args.rounds} rounds, {time.time() - started:.0f} s")
+    print(
+        f"checkpoint of {size / 2**20:.0f} MiB, {args.rounds} rounds, {time.time() - started:.0f} s"
+    )
     for what, target in (("save", 1.3), ("load", 1.0)):
         for fw in FRAMEWORKS:
             print(f"  {what} {fw:10s} {show(medians[fw][what])}")
