@@ -240,10 +240,21 @@ def train_and_save(rank: int, state_dict_type: str, fresh: str, folder: str) -> 
     return {"weights": to_bytes(weights), "files": files}
 
 
+def _loaded(model: Any, optimizer: Any) -> bytes:
+    """The whole weights and optimizer state on rank 0, as bytes (``{}`` elsewhere)."""
+    from torch.distributed.checkpoint.state_dict import StateDictOptions, get_optimizer_state_dict
+
+    options = StateDictOptions(full_state_dict=True, cpu_offload=True)
+    osd = get_optimizer_state_dict(model, optimizer.optimizer, options=options)
+    return to_bytes({"weights": _full_weights(model), "optimizer": osd})
+
+
 def resume(rank: int, state_dict_type: str, fresh: str, folder: str, damage: str) -> dict[str, Any]:
     """A new run: load the checkpoint saved before any step, then the one after the steps, and
-    take the remaining steps; then ``damage`` (a file of the checkpoint, truncated by rank 0)
-    must make ``load_state`` fail on every rank, changing nothing."""
+    take the remaining steps; then ``damage`` (a file of a copy of the checkpoint, truncated by
+    rank 0) must make ``load_state`` fail on every rank, changing nothing."""
+    import shutil
+
     from accelkw_core import CheckpointError
 
     accelerator = _checkpoint_accelerator(state_dict_type)
@@ -254,19 +265,21 @@ def resume(rank: int, state_dict_type: str, fresh: str, folder: str, damage: str
     initial = _full_weights(model)
     stateless = len(optimizer.state) == 0
     accelerator.load_state(folder)
+    loaded = _loaded(model, optimizer)
     _adamw_steps(accelerator, model, optimizer, rank, CKPT_STEPS)
     weights = _full_weights(model)
 
-    accelerator.wait_for_everyone()
+    damaged = folder + "_damaged"
     if rank == 0:
-        target = os.path.join(folder, damage)
+        shutil.copytree(folder, damaged)
+        target = os.path.join(damaged, damage)
         with open(target, "r+b") as fh:
             fh.truncate(os.path.getsize(target) // 2)
     accelerator.wait_for_everyone()
     before = _local_state(model, optimizer)
     error = ""
     try:
-        accelerator.load_state(folder)
+        accelerator.load_state(damaged)
     except CheckpointError as exc:
         error = str(exc)
     after = _local_state(model, optimizer)
@@ -277,7 +290,20 @@ def resume(rank: int, state_dict_type: str, fresh: str, folder: str, damage: str
     return {
         "initial": to_bytes(initial),
         "stateless": stateless,
+        "loaded": loaded,
         "weights": to_bytes(weights),
         "error": error,
         "unchanged": unchanged,
     }
+
+
+def load_only(rank: int, state_dict_type: str, folder: str) -> bytes:
+    """Load the checkpoint (on however many processes): what ``_loaded`` reads back."""
+    accelerator = _checkpoint_accelerator(state_dict_type)
+    model = make_model(seed=7)
+    optimizer = torch.optim.AdamW(model.parameters(), lr=CKPT_LR)
+    model, optimizer = accelerator.prepare(model, optimizer)
+    accelerator.load_state(folder)
+    loaded = _loaded(model, optimizer)
+    accelerator.end_training()
+    return loaded

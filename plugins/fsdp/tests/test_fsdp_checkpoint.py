@@ -54,7 +54,7 @@ def runs(
     saved = run_workers(workers.train_and_save, 2, args=(kind, fresh, folder), timeout=120)
     resumed = run_workers(workers.resume, 2, args=(kind, fresh, folder, DAMAGED[kind]), timeout=120)
     for result in saved + resumed:
-        for key in ("weights", "initial"):
+        for key in ("weights", "initial", "loaded"):
             if key in result:
                 result[key] = workers.from_bytes(result[key])
     return {"kind": kind, "folder": Path(folder), "saved": saved, "resumed": resumed}
@@ -94,8 +94,30 @@ def test_a_checkpoint_saved_before_any_step_loads_without_optimizer_state(
 def test_a_damaged_file_fails_the_load_on_every_rank_and_changes_nothing(
     runs: dict[str, Any],
 ) -> None:
-    damaged = str(runs["folder"] / DAMAGED[runs["kind"]])
+    damaged = f"{runs['folder']}_damaged/{DAMAGED[runs['kind']]}"
     for rank, result in enumerate(runs["resumed"]):
         assert damaged in result["error"], (rank, result["error"])
         assert "truncated" in result["error"], (rank, result["error"])
         assert result["unchanged"], rank
+
+
+def test_three_processes_load_what_two_saved(runs: dict[str, Any]) -> None:
+    # DCP reshards the two ranks' shards over three; full files are broadcast into any number.
+    three = run_workers(workers.load_only, 3, args=(runs["kind"], str(runs["folder"])), timeout=120)
+    assert_equal(workers.from_bytes(three[0]), runs["resumed"][0]["loaded"])
+
+
+def assert_equal(actual: Any, expected: Any, where: str = "") -> None:
+    """Nested dicts, lists and tensors equal bit for bit."""
+    if isinstance(expected, torch.Tensor):
+        assert isinstance(actual, torch.Tensor) and torch.equal(actual, expected), where
+    elif isinstance(expected, dict):
+        assert actual.keys() == expected.keys(), where
+        for key in expected:
+            assert_equal(actual[key], expected[key], f"{where}.{key}")
+    elif isinstance(expected, list | tuple):
+        assert len(actual) == len(expected), where
+        for i, (a, e) in enumerate(zip(actual, expected, strict=True)):
+            assert_equal(a, e, f"{where}[{i}]")
+    else:
+        assert actual == expected, where
