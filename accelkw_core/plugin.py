@@ -5,7 +5,13 @@ working across releases of the same minor version; see the versioning policy in 
 """
 
 from accelkw_core.discovery.hookspecs import hookimpl
-from accelkw_core.errors import AccelkwError, ConfigError, PointConflictError, suggest
+from accelkw_core.errors import (
+    AccelkwError,
+    CheckpointError,
+    ConfigError,
+    PointConflictError,
+    suggest,
+)
 from accelkw_core.handlers.base import KwargsHandler, handler_field
 from accelkw_core.handlers.enums import ReferenceEnum
 from accelkw_core.handlers.plan import Plan, PlanStep
@@ -18,6 +24,7 @@ __all__ = [
     "POINTS",
     "AcceleratorState",
     "AccelkwError",
+    "CheckpointError",
     "CheckpointReader",
     "CheckpointWriter",
     "ConfigError",

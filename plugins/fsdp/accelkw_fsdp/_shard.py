@@ -21,6 +21,7 @@ __all__ = [
     "ParamSwap",
     "activation_offload",
     "describe",
+    "resharded",
     "shard_model",
     "suspend_sync",
 ]
@@ -44,7 +45,7 @@ def _fsdp_root(model: Any) -> Any:
     return seen
 
 
-def _resharded(model: Any) -> Any:
+def resharded(model: Any) -> Any:
     """The FSDP root of ``model`` with every group resharded, so parameters are DTensors again.
 
     With ``reshard_after_forward=False`` a forward leaves the parameters gathered (plain
@@ -273,7 +274,7 @@ class FSDPModelState:
 
         full = self.kind == "full"
         options = StateDictOptions(full_state_dict=full, cpu_offload=full and self.cpu_offload)
-        result: dict[str, Any] = get_model_state_dict(_resharded(model), options=options)
+        result: dict[str, Any] = get_model_state_dict(resharded(model), options=options)
         return result
 
     def load_state_dict(self, model: Any, state: dict[str, Any]) -> None:
@@ -286,7 +287,7 @@ class FSDPModelState:
         full = self.kind == "full"
         options = StateDictOptions(full_state_dict=full, broadcast_from_rank0=full)
         # A copy: loading with broadcast_from_rank0 replaces the dict's tensors in place.
-        set_model_state_dict(_resharded(model), dict(state), options=options)
+        set_model_state_dict(resharded(model), dict(state), options=options)
 
     def __repr__(self) -> str:
         return f"FSDPModelState({self.kind!r}, cpu_offload={self.cpu_offload})"

@@ -7,6 +7,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, ClassVar
 
 from accelkw_core.plugin import KwargsHandler, Plan, handler_field
+from accelkw_fsdp._checkpoint import FSDPCheckpoint
 from accelkw_fsdp._resolve import Resolved, resolve
 from accelkw_fsdp._shard import FSDPModelState, ParamSwap, activation_offload, suspend_sync
 
@@ -182,6 +183,18 @@ class FullyShardedDataParallelPlugin(KwargsHandler):
                 "full, gathered on rank 0"
                 if resolved.state_dict == "full"
                 else "sharded (DTensor shards per rank)"
+            ),
+        )
+        plan.contribute(
+            "model_checkpoint",
+            FSDPCheckpoint(resolved.state_dict, resolved.state_dict_cpu_offload),
+            "save_state: "
+            + (
+                "full weights and optimizer state gathered to rank 0 (pytorch_model_fsdp.bin, "
+                "optimizer.bin)"
+                if resolved.state_dict == "full"
+                else "every rank writes its shards with torch.distributed.checkpoint "
+                "(pytorch_model_fsdp_<i>/, optimizer_<i>/)"
             ),
         )
         if self.activation_checkpointing_offload:

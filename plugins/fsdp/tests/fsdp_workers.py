@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import io
+import os
 from typing import Any
 
 import accelkw_ddp.plugin
@@ -149,3 +150,160 @@ def train(rank: int, plugin_kwargs: dict[str, Any], differ: bool) -> dict[str, A
     }
     accelerator.end_training()
     return result
+
+
+# -- save_state / load_state ---------------------------------------------------------------
+
+CKPT_LR = 0.01
+CKPT_STEPS = 3
+
+
+def _checkpoint_accelerator(state_dict_type: str) -> Accelerator:
+    registry = isolated_registry(
+        [accelkw_process_group.plugin, accelkw_ddp.plugin, accelkw_fsdp.plugin]
+    )
+    return Accelerator(
+        cpu=True,
+        registry=registry,
+        fsdp_plugin=FullyShardedDataParallelPlugin(
+            fsdp_version=2,
+            state_dict_type=state_dict_type,
+            auto_wrap_policy="transformer_based_wrap",
+            transformer_cls_names_to_wrap=["Block"],
+        ),
+    )
+
+
+def _adamw_steps(
+    accelerator: Accelerator, model: Any, optimizer: Any, rank: int, first: int
+) -> None:
+    for step in range(first, first + CKPT_STEPS):
+        x, y = _local(make_batch(step), rank)
+        accelerator.backward(torch.nn.functional.mse_loss(model(x), y))
+        optimizer.step()
+        optimizer.zero_grad()
+
+
+def adamw_reference() -> dict[str, torch.Tensor]:
+    """One process, full batches, ``2 * CKPT_STEPS`` AdamW steps: what the sharded runs approach."""
+    model = make_model()
+    optimizer = torch.optim.AdamW(model.parameters(), lr=CKPT_LR)
+    for step in range(2 * CKPT_STEPS):
+        x, y = make_batch(step)
+        torch.nn.functional.mse_loss(model(x), y).backward()
+        optimizer.step()
+        optimizer.zero_grad()
+    return model.state_dict()
+
+
+def _full_weights(model: Any) -> dict[str, torch.Tensor]:
+    """The whole weights on rank 0 (``{}`` elsewhere), whatever ``state_dict_type`` says."""
+    from torch.distributed.checkpoint.state_dict import StateDictOptions, get_model_state_dict
+
+    options = StateDictOptions(full_state_dict=True, cpu_offload=True)
+    return dict(get_model_state_dict(model, options=options))
+
+
+def _local_state(model: Any, optimizer: Any) -> dict[str, torch.Tensor]:
+    """This rank's shards of the weights and of the optimizer state, copied."""
+    from torch.distributed.tensor import DTensor
+
+    def local(t: torch.Tensor) -> torch.Tensor:
+        return (t.to_local() if isinstance(t, DTensor) else t).detach().clone()
+
+    state = {name: local(p) for name, p in model.named_parameters()}
+    names = {id(p): name for name, p in model.named_parameters()}
+    for p, values in optimizer.state.items():
+        for key, value in values.items():
+            state[f"{names[id(p)]}.{key}"] = local(value)
+    return state
+
+
+def train_and_save(rank: int, state_dict_type: str, fresh: str, folder: str) -> dict[str, Any]:
+    """Save before any step (``fresh``), take the steps, save (``folder``), take as many more.
+
+    The saves must not change the run: its weights are those of an uninterrupted run.
+    """
+    accelerator = _checkpoint_accelerator(state_dict_type)
+    model = make_model()
+    optimizer = torch.optim.AdamW(model.parameters(), lr=CKPT_LR)
+    model, optimizer = accelerator.prepare(model, optimizer)
+    accelerator.save_state(fresh)
+    _adamw_steps(accelerator, model, optimizer, rank, 0)
+    accelerator.save_state(folder)
+    _adamw_steps(accelerator, model, optimizer, rank, CKPT_STEPS)
+    weights = _full_weights(model)
+    files = sorted(
+        os.path.relpath(os.path.join(d, f), folder) for d, _, fs in os.walk(folder) for f in fs
+    )
+    accelerator.end_training()
+    return {"weights": to_bytes(weights), "files": files}
+
+
+def _loaded(model: Any, optimizer: Any) -> bytes:
+    """The whole weights and optimizer state on rank 0, as bytes (``{}`` elsewhere)."""
+    from torch.distributed.checkpoint.state_dict import StateDictOptions, get_optimizer_state_dict
+
+    options = StateDictOptions(full_state_dict=True, cpu_offload=True)
+    osd = get_optimizer_state_dict(model, optimizer.optimizer, options=options)
+    return to_bytes({"weights": _full_weights(model), "optimizer": osd})
+
+
+def resume(rank: int, state_dict_type: str, fresh: str, folder: str, damage: str) -> dict[str, Any]:
+    """A new run: load the checkpoint saved before any step, then the one after the steps, and
+    take the remaining steps; then ``damage`` (a file of a copy of the checkpoint, truncated by
+    rank 0) must make ``load_state`` fail on every rank, changing nothing."""
+    import shutil
+
+    from accelkw_core import CheckpointError
+
+    accelerator = _checkpoint_accelerator(state_dict_type)
+    model = make_model(seed=7)  # other weights: the checkpoint must replace them
+    optimizer = torch.optim.AdamW(model.parameters(), lr=CKPT_LR)
+    model, optimizer = accelerator.prepare(model, optimizer)
+    accelerator.load_state(fresh)
+    initial = _full_weights(model)
+    stateless = len(optimizer.state) == 0
+    accelerator.load_state(folder)
+    loaded = _loaded(model, optimizer)
+    _adamw_steps(accelerator, model, optimizer, rank, CKPT_STEPS)
+    weights = _full_weights(model)
+
+    damaged = folder + "_damaged"
+    if rank == 0:
+        shutil.copytree(folder, damaged)
+        target = os.path.join(damaged, damage)
+        with open(target, "r+b") as fh:
+            fh.truncate(os.path.getsize(target) // 2)
+    accelerator.wait_for_everyone()
+    before = _local_state(model, optimizer)
+    error = ""
+    try:
+        accelerator.load_state(damaged)
+    except CheckpointError as exc:
+        error = str(exc)
+    after = _local_state(model, optimizer)
+    unchanged = before.keys() == after.keys() and all(
+        torch.equal(before[k], after[k]) for k in before
+    )
+    accelerator.end_training()
+    return {
+        "initial": to_bytes(initial),
+        "stateless": stateless,
+        "loaded": loaded,
+        "weights": to_bytes(weights),
+        "error": error,
+        "unchanged": unchanged,
+    }
+
+
+def load_only(rank: int, state_dict_type: str, folder: str) -> bytes:
+    """Load the checkpoint (on however many processes): what ``_loaded`` reads back."""
+    accelerator = _checkpoint_accelerator(state_dict_type)
+    model = make_model(seed=7)
+    optimizer = torch.optim.AdamW(model.parameters(), lr=CKPT_LR)
+    model, optimizer = accelerator.prepare(model, optimizer)
+    accelerator.load_state(folder)
+    loaded = _loaded(model, optimizer)
+    accelerator.end_training()
+    return loaded

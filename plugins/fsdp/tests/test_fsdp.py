@@ -103,9 +103,23 @@ def test_one_process_shards_nothing_and_says_why() -> None:
 def test_the_plan_on_two_processes_contributes_every_point() -> None:
     plan = F(mixed_precision_policy={"param_dtype": "bf16"}).plan(make_state(world_size=2, rank=0))
     points = [step.point for step in plan.steps if step.point]
-    assert points == ["model_wrapper", "optimizer_wrapper", "no_sync", "model_state"]
+    assert points == [
+        "model_wrapper",
+        "optimizer_wrapper",
+        "no_sync",
+        "model_state",
+        "model_checkpoint",
+    ]
     assert plan.provides == {"gradient_sync"}
     assert "mesh=(2,) on cpu" in plan.summary()
+    assert "full weights and optimizer state gathered to rank 0" in plan.summary()
+
+
+def test_sharded_state_dicts_are_saved_by_every_rank() -> None:
+    plan = F(state_dict_type="SHARDED_STATE_DICT").plan(make_state(world_size=2, rank=1))
+    store = next(step.value for step in plan.steps if step.point == "model_checkpoint")
+    assert repr(store) == "FSDPCheckpoint('sharded', cpu_offload=True)"
+    assert "every rank writes its shards with torch.distributed.checkpoint" in plan.summary()
 
 
 def test_fsdp_is_opt_in_and_the_default_ddp_gives_way() -> None:
