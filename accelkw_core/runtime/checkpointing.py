@@ -231,7 +231,7 @@ def save_checkpoint(
             writer.finish()
     except BaseException as exc:
         error = exc
-    entries = _gather_entries(state, writer, error)
+    entries = _gather_entries(state, writer, error, per_node=save_on_each_node)
     if error is not None or entries is None:
         if committer:
             durable.remove_tree(temporary)
@@ -245,21 +245,35 @@ def save_checkpoint(
     return folder, notes
 
 
+def _node(state: AcceleratorState) -> int:
+    # torchrun numbers the ranks of a machine contiguously: its first rank names the machine.
+    return state.rank - state.local_rank
+
+
 def _gather_entries(
-    state: AcceleratorState, writer: CheckpointWriter, error: BaseException | None
+    state: AcceleratorState,
+    writer: CheckpointWriter,
+    error: BaseException | None,
+    *,
+    per_node: bool,
 ) -> dict[str, durable.FileEntry] | None:
-    """Every process's written files, or ``None`` when any process failed."""
+    """The files the processes wrote, or ``None`` when any process failed.
+
+    With ``per_node`` (``save_on_each_node``) only those of this machine's processes, which
+    share this machine's disk.
+    """
     from accelkw_core.runtime import collectives as ops
 
     mine = None if error is not None else dict(writer.entries)
     if not (state.distributed and ops.has_group()):
         return mine
-    everyone = ops.gather_objects([(state.rank, str(error) if error else None, mine)], state)
+    report = (_node(state), str(error) if error else None, mine)
     merged: dict[str, durable.FileEntry] = {}
-    for _, failure, entries in everyone:
+    for node, failure, entries in ops.gather_objects([report], state):
         if failure is not None or entries is None:
             return None
-        merged.update(entries)
+        if not per_node or node == _node(state):
+            merged.update(entries)
     return merged
 
 
@@ -427,9 +441,7 @@ def load_checkpoint(
         except OSError as exc:
             error = exc
     _barrier(state)
-    steps: list[Apply] = []
-    notes: list[str] = []
-    step: int | None = None
+    manifest = None
     try:
         if error is not None:
             raise error
@@ -440,6 +452,15 @@ def load_checkpoint(
             missing = manifest.missing(folder)
             if missing:
                 raise CheckpointError(folder / missing[0], "is missing")
+    except BaseException as exc:
+        error = exc
+    # Agreed before any contribution reads: one that runs collectives (DCP) must find every
+    # process there, not one that already gave up.
+    _agree(state, error)
+    steps: list[Apply] = []
+    notes: list[str] = []
+    step: int | None = None
+    try:
         reader = CheckpointReader(folder, manifest, state)
         steps, notes, step = _read_all(
             reader, state, what, dict(load_kwargs or {}), dict(model_kwargs or {})
