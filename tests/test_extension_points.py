@@ -225,14 +225,15 @@ def test_empty_points_leave_the_optimizer_step_direct() -> None:
     assert opt._chain is None  # no contribution: step() calls the optimizer directly
 
 
-def test_contributed_attributes_are_accelerator_attributes() -> None:
+def test_contributed_attributes_are_read_through_extras_not_attributes() -> None:
     marker = object()
     registry = isolated_registry([plugin_of(contributing("exposer", "attribute", marker))])
     acc = Accelerator(cpu=True, registry=registry)
-    assert acc.exposer is marker  # keyed by handler name when no key is given
+    assert acc.extras["exposer"] is marker  # keyed by handler name when no key is given
+    assert acc.extra("exposer", object) is marker
     assert acc.scaler is None  # Accelerate's attribute, None when nothing exposes a scaler
-    with pytest.raises(AttributeError, match="no attribute 'missing'"):
-        _ = acc.missing
+    with pytest.raises(AttributeError, match="no attribute 'exposer'"):
+        _ = acc.exposer  # type: ignore[attr-defined]
 
 
 # -- plan, then apply --------------------------------------------------------------------------

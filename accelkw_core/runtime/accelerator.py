@@ -10,14 +10,15 @@ import contextlib
 import os
 import warnings
 import weakref
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from contextlib import AbstractContextManager
-from types import TracebackType
-from typing import TYPE_CHECKING, Any
+from types import MappingProxyType, TracebackType
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from accelkw_core.config.settings import Settings, resolve_settings
 from accelkw_core.discovery.catalog import provider_hint
 from accelkw_core.discovery.registry import Registry, get_registry
+from accelkw_core.errors import AccelkwError, ComposeError
 from accelkw_core.logs import configure_from_env
 from accelkw_core.runtime import collectives as ops
 from accelkw_core.runtime.accumulation import AccumulationAPI, GradientState
@@ -36,7 +37,12 @@ if TYPE_CHECKING:
 
     from accelkw_core.handlers.base import KwargsHandler
 
-__all__ = ["Accelerator", "NoProfiler"]
+__all__ = ["HANDLER_ATTRIBUTES", "Accelerator", "NoProfiler"]
+
+T = TypeVar("T")
+
+# Accelerate's attributes that a handler supplies through the ``attribute`` point.
+HANDLER_ATTRIBUTES = frozenset({"scaler"})
 
 
 class NoProfiler:
@@ -109,6 +115,7 @@ class Accelerator(PreparingAPI, AccumulationAPI, CheckpointAPI, AccelerateSurfac
         # An Accelerator nobody ended still undoes its handlers (a process group) once, at exit.
         self._atexit = _teardown_at_exit(self)
         try:
+            self._check_attributes()
             gaps = gaps_of_run(state, live_capabilities(state), registry, self.settings.disabled)
             warn_gaps(state, gaps)
         except BaseException:
@@ -205,18 +212,48 @@ class Accelerator(PreparingAPI, AccumulationAPI, CheckpointAPI, AccelerateSurfac
         return values
 
     @property
-    def scaler(self) -> Any:
-        """The gradient scaler a handler exposes (``accelerator.scaler``), else ``None``."""
-        return self.state.keyed("attribute").get("scaler")
+    def scaler(self) -> torch.amp.GradScaler | None:
+        """The gradient scaler a handler contributes (Accelerate's ``accelerator.scaler``)."""
+        found: torch.amp.GradScaler | None = self.state.keyed("attribute").get("scaler")
+        return found
 
-    def __getattr__(self, name: str) -> Any:
-        # Attributes handlers contribute through the "attribute" point (state set in __init__).
-        state = self.__dict__.get("state")
-        if state is not None and not name.startswith("_"):
-            attributes = state.keyed("attribute")
-            if name in attributes:
-                return attributes[name]
-        raise AttributeError(f"{type(self).__name__!r} object has no attribute {name!r}")
+    @property
+    def extras(self) -> Mapping[str, object]:
+        """What handlers contribute to the ``attribute`` point, by name (read-only).
+
+        A plugin exports a typed accessor over it (``accelkw_ema.ema_of(accelerator)``), or
+        code reads it with :meth:`extra`, so a type checker knows what it gets.
+        """
+        return MappingProxyType(self.state.keyed("attribute"))
+
+    def extra(self, name: str, kind: type[T]) -> T:
+        """The object a handler contributed as ``name``, checked to be a ``kind``.
+
+        Raises :class:`~accelkw_core.errors.AccelkwError` naming the installed contributions
+        when there is none of that name, and ``TypeError`` when it is not a ``kind``.
+        """
+        found = self.state.keyed("attribute").get(name)
+        if found is None:
+            have = ", ".join(sorted(self.state.keyed("attribute"))) or "none"
+            raise AccelkwError(
+                f"no handler of this run contributes {name!r} (contributed: {have}); "
+                "install and enable the plugin that provides it"
+            )
+        if not isinstance(found, kind):
+            raise TypeError(
+                f"accelerator.extra({name!r}) is a {type(found).__name__}, not a {kind.__name__}"
+            )
+        return found
+
+    def _check_attributes(self) -> None:
+        # A contribution named like a real attribute would be unreachable, or shadow it.
+        for contribution in self.state.contributions("attribute"):
+            key = str(contribution.key)
+            if key not in HANDLER_ATTRIBUTES and hasattr(type(self), key):
+                raise ComposeError(
+                    f"handler {contribution.handler!r} contributes an attribute named {key!r}, "
+                    f"which is already Accelerator.{key}; choose another name"
+                )
 
     @contextlib.contextmanager
     def profile(self, profile_handler: Any = None) -> Iterator[Any]:

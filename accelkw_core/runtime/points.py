@@ -177,7 +177,9 @@ ATTRIBUTE = ExtensionPoint(
     "attribute",
     KEYED,
     "any object, keyed by an attribute name of ``Accelerator``",
-    "read through the ``Accelerator`` attribute of that name (``accelerator.scaler``)",
+    "read with ``accelerator.extra(name, kind)`` (typed) or a typed accessor the plugin exports "
+    "(``ema_of(accelerator)``); Accelerate's own attribute ``scaler`` is a typed property that "
+    "reads it; a name that is already an ``Accelerator`` attribute is a composition error",
 )
 TEARDOWN = ExtensionPoint(
     "teardown",

@@ -46,7 +46,7 @@ class _Tracked:
 class ExponentialMovingAverage:
     """An exponential moving average of the weights of every model the run prepares.
 
-    It is ``accelerator.ema``, and the run's ``model_wrapper`` (:meth:`track`), ``after_step``
+    It is ``ema_of(accelerator)``, and the run's ``model_wrapper`` (:meth:`track`), ``after_step``
     (:meth:`after_step`) and ``checkpoint`` contributions.
 
     - Each prepared model is tracked from the weights it has once wrapped. Its floating-point

@@ -19,9 +19,9 @@ class EmaKwargs(KwargsHandler):
 
     After each optimizer step that changed the parameters (not one the loss scaler skipped),
     the average of each parameter that optimizer trains moves towards its new value:
-    ``average = decay * average + (1 - decay) * weight``. ``accelerator.ema`` (an
+    ``average = decay * average + (1 - decay) * weight``. ``ema_of(accelerator)`` (an
     :class:`~accelkw_ema.average.ExponentialMovingAverage`) swaps the averages into the
-    model for evaluation (``with accelerator.ema.average_parameters(): ...``), and the
+    model for evaluation (``with ema_of(accelerator).average_parameters(): ...``), and the
     averages are saved and loaded with the run's state (the ``checkpoint`` point).
 
     Opt-in: installing the plugin averages nothing; a run keeps an EMA when it asks (in code,
@@ -34,7 +34,7 @@ class EmaKwargs(KwargsHandler):
         accelerator = Accelerator(kwargs_handlers=[EmaKwargs(decay=0.999)])
         model, optimizer = accelerator.prepare(model, optimizer)
         ...  # train
-        with accelerator.ema.average_parameters():
+        with ema_of(accelerator).average_parameters():
             evaluate(model)
     """
 
@@ -93,7 +93,7 @@ class EmaKwargs(KwargsHandler):
         plan.contribute(
             "attribute",
             average,
-            "accelerator.ema is the average (average_parameters() swaps it in for evaluation)",
+            "ema_of(accelerator) is the average (average_parameters() swaps it in for evaluation)",
             key="ema",
         )
         return plan

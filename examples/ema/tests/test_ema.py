@@ -19,7 +19,7 @@ import accelkw_grad_accum.plugin
 import accelkw_grad_scaler.plugin
 import pytest
 import torch
-from accelkw_ema import EmaKwargs, plugin
+from accelkw_ema import EmaKwargs, ema_of, plugin
 from accelkw_ema.average import ExponentialMovingAverage
 from accelkw_grad_scaler import GradScalerKwargs
 
@@ -180,7 +180,7 @@ def test_opt_in_installed_is_not_composed_until_asked(monkeypatch: pytest.Monkey
     monkeypatch.setenv("ACCELKW_EMA__DECAY", "0.9")
     with accelerator() as acc:
         assert acc.state.handlers["ema"] == EmaKwargs(decay=0.9)
-        assert acc.ema.decay == 0.9
+        assert ema_of(acc).decay == 0.9
 
 
 # -- numbers -----------------------------------------------------------------------------------
@@ -195,9 +195,9 @@ def test_the_average_matches_one_updated_by_hand(after: int, every: int) -> None
     with accelerator(EmaKwargs(decay=0.8, update_after_step=after, update_every=every)) as acc:
         model, opt = prepared(acc)
         train(acc, model, opt, data)
-        got = list(acc.ema.averages().values())
-        assert acc.ema.models == [model]
-        assert acc.ema.state_dict()["models"][0]["steps"] == 7
+        got = list(ema_of(acc).averages().values())
+        assert ema_of(acc).models == [model]
+        assert ema_of(acc).state_dict()["models"][0]["steps"] == 7
     ref, average, _ = by_hand(data, 0.8, update_after_step=after, update_every=every)
     assert_same([p.detach() for p in model.parameters()], [p.detach() for p in ref.parameters()])
     assert_same(got, average)
@@ -210,8 +210,8 @@ def test_a_step_the_scaler_skips_does_not_move_or_count() -> None:
     with accelerator(*handlers, mixed_precision="fp16") as acc:
         model, opt = prepared(acc)
         skipped = train(acc, model, opt, data)
-        got = list(acc.ema.averages().values())
-        assert acc.ema.state_dict()["models"][0]["steps"] == 4
+        got = list(ema_of(acc).averages().values())
+        assert ema_of(acc).state_dict()["models"][0]["steps"] == 4
     ref, average, ref_skipped = by_hand(data, 0.5, update_every=2, fp16=True)
     assert skipped == ref_skipped == [False, False, True, False, False]
     assert_same([p.detach() for p in model.parameters()], [p.detach() for p in ref.parameters()])
@@ -227,8 +227,8 @@ def test_micro_steps_of_gradient_accumulation_do_not_average() -> None:
                 acc.backward(torch.nn.functional.mse_loss(model(x), y))
                 opt.step()
                 opt.zero_grad()
-        assert acc.ema.state_dict()["models"][0]["steps"] == 2
-        got = list(acc.ema.averages().values())
+        assert ema_of(acc).state_dict()["models"][0]["steps"] == 2
+        got = list(ema_of(acc).averages().values())
     ref = new_model()
     ref_opt = torch.optim.SGD(ref.parameters(), lr=0.1, momentum=0.9)
     average = [p.detach().clone() for p in ref.parameters()]
@@ -249,20 +249,20 @@ def test_average_parameters_swaps_in_for_evaluation_and_back() -> None:
         model, opt = prepared(acc)
         train(acc, model, opt, batches(3))
         trained = [p.detach().clone() for p in model.parameters()]
-        averages = [a.clone() for a in acc.ema.averages().values()]
-        with acc.ema.average_parameters():
+        averages = [a.clone() for a in ema_of(acc).averages().values()]
+        with ema_of(acc).average_parameters():
             assert_same([p.detach() for p in model.parameters()], averages)
             evaluated = model(x)
         assert_same([p.detach() for p in model.parameters()], trained)
         with torch.no_grad():
             expected = torch.func.functional_call(
-                model, dict(zip(acc.ema.averages(), averages, strict=True)), (x,)
+                model, dict(zip(ema_of(acc).averages(), averages, strict=True)), (x,)
             )
         assert torch.equal(evaluated, expected)
         # Training goes on from the trained weights, not the averages.
         train(acc, model, opt, batches(1))
-        acc.ema.copy_to()
-        assert_same([p.detach() for p in model.parameters()], list(acc.ema.averages().values()))
+        ema_of(acc).copy_to()
+        assert_same([p.detach() for p in model.parameters()], list(ema_of(acc).averages().values()))
 
 
 def test_weights_come_back_when_evaluation_raises() -> None:
@@ -270,7 +270,7 @@ def test_weights_come_back_when_evaluation_raises() -> None:
         model, opt = prepared(acc)
         train(acc, model, opt, batches(2))
         trained = [p.detach().clone() for p in model.parameters()]
-        with pytest.raises(ZeroDivisionError), acc.ema.average_parameters():
+        with pytest.raises(ZeroDivisionError), ema_of(acc).average_parameters():
             _ = 1 / 0
         assert_same([p.detach() for p in model.parameters()], trained)
 
@@ -282,21 +282,21 @@ def test_each_optimizer_updates_the_averages_of_what_it_trains() -> None:
         frozen = first[0].weight
         frozen.requires_grad_(False)
         opt1.param_groups[0]["params"] = [p for p in first.parameters() if p.requires_grad]
-        start = [a.clone() for a in acc.ema.averages(1).values()]
+        start = [a.clone() for a in ema_of(acc).averages(1).values()]
         train(acc, first, opt1, batches(2))
-        assert_same(list(acc.ema.averages(1).values()), start)  # opt2 never stepped
-        assert torch.equal(acc.ema.averages(0)["0.weight"], frozen)
-        assert not torch.equal(acc.ema.averages(0)["2.weight"], first[2].weight)
-        assert [m["steps"] for m in acc.ema.state_dict()["models"]] == [2, 0]
+        assert_same(list(ema_of(acc).averages(1).values()), start)  # opt2 never stepped
+        assert torch.equal(ema_of(acc).averages(0)["0.weight"], frozen)
+        assert not torch.equal(ema_of(acc).averages(0)["2.weight"], first[2].weight)
+        assert [m["steps"] for m in ema_of(acc).state_dict()["models"]] == [2, 0]
         train(acc, second, opt2, batches(1))
-        assert [m["steps"] for m in acc.ema.state_dict()["models"]] == [2, 1]
+        assert [m["steps"] for m in ema_of(acc).state_dict()["models"]] == [2, 1]
 
 
 def test_preparing_a_model_twice_tracks_it_once() -> None:
     with accelerator(EmaKwargs()) as acc:
         model = acc.prepare(new_model())
         acc.prepare(model)
-        assert acc.ema.models == [model]
+        assert ema_of(acc).models == [model]
 
 
 # -- checkpoint --------------------------------------------------------------------------------
@@ -305,7 +305,7 @@ def test_preparing_a_model_twice_tracks_it_once() -> None:
 def test_saved_and_loaded_through_the_checkpoint_point_resumes_exactly() -> None:
     data = batches(6)
     with accelerator(EmaKwargs(decay=0.7, update_every=2)) as acc:
-        assert acc.state.keyed("checkpoint")["ema"] is acc.ema
+        assert acc.state.keyed("checkpoint")["ema"] is ema_of(acc)
         model, opt = prepared(acc)
         train(acc, model, opt, data[:3])
         buffer = io.BytesIO()
@@ -318,7 +318,7 @@ def test_saved_and_loaded_through_the_checkpoint_point_resumes_exactly() -> None
             buffer,
         )
         train(acc, model, opt, data[3:])
-        straight = [a.clone() for a in acc.ema.averages().values()]
+        straight = [a.clone() for a in ema_of(acc).averages().values()]
     with accelerator(EmaKwargs(decay=0.7, update_every=2)) as acc:
         model, opt = prepared(acc, seed=9)
         buffer.seek(0)
@@ -326,9 +326,9 @@ def test_saved_and_loaded_through_the_checkpoint_point_resumes_exactly() -> None
         model.load_state_dict(saved["model"])
         opt.load_state_dict(saved["optimizer"])
         acc.state.keyed("checkpoint")["ema"].load_state_dict(saved["ema"])
-        assert acc.ema.state_dict()["models"][0]["steps"] == 3
+        assert ema_of(acc).state_dict()["models"][0]["steps"] == 3
         train(acc, model, opt, data[3:])
-        assert_same(list(acc.ema.averages().values()), straight)
+        assert_same(list(ema_of(acc).averages().values()), straight)
 
 
 def test_save_state_and_load_state_carry_the_average(tmp_path: Path) -> None:
@@ -339,27 +339,27 @@ def test_save_state_and_load_state_carry_the_average(tmp_path: Path) -> None:
         folder = Path(acc.save_state(tmp_path / "checkpoint"))
         assert (folder / "ema.pt").is_file()  # keyed by the handler's name
         train(acc, model, opt, data[3:])
-        straight = [a.clone() for a in acc.ema.averages().values()]
+        straight = [a.clone() for a in ema_of(acc).averages().values()]
     with accelerator(EmaKwargs(decay=0.7, update_every=2)) as acc:
         model, opt = prepared(acc, seed=9)
         acc.load_state(folder)
-        assert acc.ema.state_dict()["models"][0]["steps"] == 3
+        assert ema_of(acc).state_dict()["models"][0]["steps"] == 3
         train(acc, model, opt, data[3:])
-        assert_same(list(acc.ema.averages().values()), straight)
+        assert_same(list(ema_of(acc).averages().values()), straight)
 
 
 def test_loading_into_other_models_says_what_differs() -> None:
     with accelerator(EmaKwargs()) as acc:
         prepared(acc)
-        state = acc.ema.state_dict()
+        state = ema_of(acc).state_dict()
     with accelerator(EmaKwargs()) as acc:
         with pytest.raises(ValueError, match=r"averages of 1 model\(s\) but this run prepared 0"):
-            acc.ema.load_state_dict(state)
+            ema_of(acc).load_state_dict(state)
         acc.prepare(torch.nn.Linear(4, 2))
         with pytest.raises(
             ValueError, match=r"missing \['bias', 'weight'\], unexpected \['0.bias'"
         ):
-            acc.ema.load_state_dict(state)
+            ema_of(acc).load_state_dict(state)
 
 
 # -- contract ----------------------------------------------------------------------------------
