@@ -88,7 +88,7 @@ class KwargsHandler:
         """A copy with ``changes`` applied that keeps this handler's explicit fields.
 
         The fields in ``changes`` become explicit too, even when a value equals the current
-        one: ``h.replace(backend="nccl")`` says you chose ``"nccl"``. The copy is built and
+        one (or the default): passing it says you chose it. The copy is built and
         checked like any instance (a :class:`~accelkw_core.errors.ConfigError` for a bad
         value, or for a name that is not a field). Unlike ``dataclasses.replace``, which
         marks every field explicit, a field you never set stays open to configuration files
