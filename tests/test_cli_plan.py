@@ -81,6 +81,7 @@ def test_plan_for_a_config_that_enables_handlers(
     assert not any(line.startswith("warning:") for line in lines)
 
 
+@pytest.mark.needs_torch
 def test_plan_for_a_config_that_disables_handlers_warns_about_the_gaps(
     capsys: pytest.CaptureFixture[str], tmp_path: Path
 ) -> None:

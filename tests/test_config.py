@@ -146,6 +146,7 @@ def test_env_values_use_text_forms(tmp_path: Path) -> None:
     assert (h.window, h.tags, h.verbose, h.level) == (timedelta(seconds=30), ["x", "y"], True, 7)
 
 
+@pytest.mark.needs_torch
 def test_the_accelerator_applies_the_merged_settings(tmp_path: Path) -> None:
     (tmp_path / "accelkw.toml").write_text(TOML)
     with Accelerator(kwargs_handlers=[rh.KnobsKwargs(level=1)], registry=rh.registry()) as acc:

@@ -6,9 +6,12 @@ import importlib
 import pkgutil
 import types
 
+import pytest
+
 import accelkw_core
 
 
+@pytest.mark.needs_torch
 def test_every_export_is_the_object_even_after_importing_every_submodule() -> None:
     for info in pkgutil.walk_packages(accelkw_core.__path__, "accelkw_core."):
         if info.name != "accelkw_core.__main__":
@@ -19,8 +22,6 @@ def test_every_export_is_the_object_even_after_importing_every_submodule() -> No
 
 
 def test_names_moved_to_another_tier_still_work_with_a_deprecation_warning() -> None:
-    import pytest
-
     from accelkw_core.plugin import hookimpl
     from accelkw_core.runtime.composition import compose
 

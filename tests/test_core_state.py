@@ -7,6 +7,7 @@ import pytest
 from accelkw_core import AcceleratorState, ConfigError
 
 
+@pytest.mark.needs_torch
 def test_facts_come_from_torchrun_variables() -> None:
     env = {
         "RANK": "3",

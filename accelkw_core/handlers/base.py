@@ -4,9 +4,10 @@ from __future__ import annotations
 
 import copy
 import dataclasses
-import sys
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any, ClassVar, Self
+
+from accelkw_core.errors import ConfigError, suggest
 
 if TYPE_CHECKING:
     from accelkw_core.handlers.plan import Plan
@@ -51,6 +52,10 @@ class KwargsHandler:
     ``to_kwargs()`` keeps the reference semantics (the fields that differ from a default
     instance). ``explicit_kwargs()`` adds the fields passed to the constructor, so a value the
     user set that happens to equal the default is never lost.
+
+    Derive a changed copy with :meth:`replace`, which keeps the explicit fields.
+    ``dataclasses.replace`` and ``copy.replace`` (Python 3.13+) pass every field to the
+    constructor, so in their copy every field is explicit, on every Python version.
     """
 
     name: ClassVar[str] = ""
@@ -70,19 +75,36 @@ class KwargsHandler:
 
     def __new__(cls, *args: Any, **kwargs: Any) -> Self:
         # Recorded here, not in __init__, because the dataclass decorator writes __init__.
+        # Every field the constructor is given counts, whoever calls it: dataclasses.replace
+        # and copy.replace pass them all, so their copies have every field explicit.
         self = super().__new__(cls)
         names = _init_field_names(cls)
         explicit = set(names[: len(args)])
         explicit.update(k for k in kwargs if k in names)
-        source = _replaced_from(cls, kwargs)
-        if source is not None:
-            explicit = set(source[0]) | source[1]
         object.__setattr__(self, "_accelkw_explicit", frozenset(explicit))
         return self
 
-    def __replace__(self, **changes: Any) -> Self:
-        """``dataclasses.replace`` / ``copy.replace``: the copy keeps this one's explicit fields."""
+    def replace(self, **changes: Any) -> Self:
+        """A copy with ``changes`` applied that keeps this handler's explicit fields.
+
+        The fields in ``changes`` become explicit too, even when a value equals the current
+        one (or the default): passing it says you chose it. The copy is built and
+        checked like any instance (a :class:`~accelkw_core.errors.ConfigError` for a bad
+        value, or for a name that is not a field). Unlike ``dataclasses.replace``, which
+        marks every field explicit, a field you never set stays open to configuration files
+        and ``ACCELKW_*`` variables.
+        """
         values = self.field_values()
+        unknown = [name for name in changes if name not in values]
+        if unknown:
+            name = unknown[0]
+            raise ConfigError(
+                self.name or type(self).__name__,
+                name,
+                changes[name],
+                "a field replace() can set: " + ", ".join(values),
+                suggestion=suggest(name, values),
+            )
         values.update(changes)
         new = type(self)(**values)
         object.__setattr__(new, "_accelkw_explicit", self._explicit_names() | frozenset(changes))
@@ -169,24 +191,6 @@ class KwargsHandler:
         return [n for n in _init_field_names(type(self)) if n in names]
 
 
-def _replaced_from(cls: type, kwargs: Mapping[str, Any]) -> tuple[frozenset[str], set[str]] | None:
-    """When ``dataclasses.replace`` builds this instance, the source's explicit fields and the
-    changed ones; otherwise ``None``.
-
-    Python 3.11's ``replace`` passes every field to the constructor, which would mark every
-    field explicit; 3.13 calls :meth:`KwargsHandler.__replace__` instead and never gets here.
-    """
-    frame = sys._getframe(2)
-    if frame.f_code is not _REPLACE_CODE:
-        return None
-    source = frame.f_locals.get("obj")
-    if type(source) is not cls or not isinstance(source, KwargsHandler):
-        return None
-    changed = {k for k, v in kwargs.items() if v is not getattr(source, k, None)}
-    return source._explicit_names(), changed
-
-
-_REPLACE_CODE = dataclasses.replace.__code__
 _FIELD_NAMES: dict[type, tuple[str, ...]] = {}
 _DEFAULTS: dict[type, dict[str, Any]] = {}
 

@@ -14,8 +14,9 @@ Subclass it in a plugin's tests, name the class ``Test...`` and set three attrib
 
 pytest then runs every ``test_*`` method below against the plugin: registration, entry-point
 discovery, no torch at import, planning without side effects, documented fields, explicit
-fields that survive ``dataclasses.replace``/``copy``/``pickle``, teardowns that undo
-``apply``, and contributions made only through the public extension points.
+fields that survive ``handler.replace``/``copy``/``pickle`` (``dataclasses.replace`` marks
+every field explicit), teardowns that undo ``apply``, and contributions made only through the
+public extension points.
 """
 
 from __future__ import annotations
@@ -56,10 +57,6 @@ _SINGLE: tuple[dict[str, Any], ...] = (
 _MULTI: tuple[dict[str, Any], ...] = (
     {"world_size": 2, "rank": 1, "mixed_precision": "fp16", "master_addr": "127.0.0.1"},
 )
-# Python 3.11's dataclasses.replace passes every field to the constructor, so a field passed
-# to replace with the very object the source holds cannot be told from one replace filled in;
-# 3.13 calls __replace__, which knows.
-_REPLACE_SEES_UNCHANGED = sys.version_info >= (3, 13)
 # Variables torch sets for itself the first time a feature is used (turning deterministic
 # algorithms on sets TORCHINDUCTOR_CACHE_DIR): not a handler's change to undo.
 _TORCH_SETS = ("TORCHINDUCTOR_",)
@@ -102,7 +99,7 @@ def _snapshot(state: AcceleratorState) -> dict[str, Any]:
     }
 
 
-def _replace(handler: KwargsHandler, **changes: Any) -> KwargsHandler:
+def _dataclasses_replace(handler: KwargsHandler, **changes: Any) -> KwargsHandler:
     new: KwargsHandler = dataclasses.replace(cast(Any, handler), **changes)
     return new
 
@@ -216,31 +213,42 @@ class HandlerContract:
                 copy.copy(handler),
                 copy.deepcopy(handler),
                 pickle.loads(pickle.dumps(handler)),
-                _replace(handler),
+                handler.replace(),
             ):
                 assert other == handler, type(other)
                 assert other.explicit_fields() == explicit, type(other)
                 assert other.to_kwargs() == kwargs
-        # A field replace sets is explicit in the copy, and the source's explicit fields stay.
+        # A field replace() sets is explicit in the copy, even set to the value it had, and the
+        # source's explicit fields stay.
         for example in self.examples:
             self._check_replace(self.handler_class(), example)
         for handler in self.instances():
             for name in handler.field_values():
                 self._check_replace(handler, {name: getattr(handler, name)})
 
+    def test_dataclasses_replace_marks_every_field_explicit(self) -> None:
+        # The documented semantics on every Python: dataclasses.replace (and copy.replace,
+        # which is the same function on 3.13+) passes every field to the constructor.
+        for handler in self.instances():
+            every = frozenset(handler.field_values())
+            other = _dataclasses_replace(handler)
+            assert other == handler
+            assert other.explicit_fields() == every, sorted(other.explicit_fields())
+            assert other.to_kwargs() == handler.to_kwargs()
+            if sys.version_info >= (3, 13):
+                replaced = copy.replace(handler)
+                assert replaced.explicit_fields() == every
+
     @staticmethod
     def _check_replace(handler: KwargsHandler, changes: Mapping[str, Any]) -> None:
         before = handler.explicit_fields()
-        changed = _replace(handler, **changes)
-        seen = {
-            name
-            for name, value in changes.items()
-            if _REPLACE_SEES_UNCHANGED or value is not getattr(handler, name)
-        }
+        changed = handler.replace(**changes)
         got = changed.explicit_fields()
-        assert before | seen <= got <= before | set(changes), (
+        assert got == before | set(changes), (
             f"replace({changes}): explicit {sorted(got)}, from {sorted(before)}"
         )
+        # The values are what the constructor makes of them (normalised, checked).
+        assert changed == type(handler)(**{**handler.field_values(), **changes})
 
     # -- planning and applying -----------------------------------------------------------------
 

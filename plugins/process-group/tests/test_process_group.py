@@ -125,7 +125,7 @@ def test_default_nccl_becomes_gloo_without_cuda() -> None:
 @pytest.mark.parametrize(
     "derive",
     [
-        lambda h: dataclasses.replace(h, timeout=timedelta(seconds=9)),
+        lambda h: h.replace(timeout=timedelta(seconds=9)),
         copy.copy,
         copy.deepcopy,
         lambda h: pickle.loads(pickle.dumps(h)),
@@ -139,6 +139,21 @@ def test_a_derived_handler_keeps_the_default_backend_a_default(derive: typing.An
     assert handler.explicit_fields() == {"timeout"}
     plan = handler.group_plan(make_state(world_size=2))
     assert plan.backend == "gloo" and plan.fallback is not None
+
+
+@pytest.mark.usefixtures("rendezvous")
+def test_dataclasses_replace_makes_the_default_backend_explicit() -> None:
+    # The documented semantics: dataclasses.replace passes every field to the constructor, so
+    # its 'nccl' is a choice, which this 2-rank CPU run refuses by name; replace() keeps it a
+    # default.
+    handler = InitProcessGroupKwargs(timeout=timedelta(seconds=5))
+    replaced = dataclasses.replace(handler, timeout=timedelta(seconds=9))
+    assert replaced.explicit_fields() == {"backend", "init_method", "timeout"}
+    with pytest.raises(ConfigError) as info:
+        replaced.group_plan(make_state(world_size=2))
+    assert (info.value.field, info.value.value) == ("backend", "nccl")
+    plan = handler.replace(timeout=timedelta(seconds=9)).group_plan(make_state(world_size=2))
+    assert plan.backend == "gloo"
 
 
 @pytest.mark.usefixtures("rendezvous")
