@@ -55,8 +55,8 @@ def composed_examples_worker(
     import accelkw_grad_scaler.plugin
     import accelkw_process_group.plugin
     import torch
-    from accelkw_ema import EmaKwargs
-    from accelkw_grad_clip import GradClipKwargs
+    from accelkw_ema import EmaKwargs, ema_of
+    from accelkw_grad_clip import GradClipKwargs, grad_clip_of
     from accelkw_grad_scaler import GradScalerKwargs
 
     from accelkw_core import Accelerator
@@ -100,7 +100,7 @@ def composed_examples_worker(
             opt.zero_grad()
             skipped.append(opt.step_was_skipped)
             if "grad_clip" in examples:
-                norms.append(float(acc.grad_clip.last_norm))
+                norms.append(float(grad_clip_of(acc).last_norm))
         out["accelerated"] = {
             "skipped": skipped,
             "norms": norms,
@@ -108,12 +108,12 @@ def composed_examples_worker(
             "scale": acc.scaler.get_scale(),
         }
         if "grad_clip" in examples:
-            out["accelerated"]["clipped_steps"] = acc.grad_clip.clipped_steps
+            out["accelerated"]["clipped_steps"] = grad_clip_of(acc).clipped_steps
         if "ema" in examples:
-            assert acc.ema.models == [acc.unwrap_model(model)]
-            out["accelerated"]["average"] = _flat(acc.ema.averages().values())
-            out["accelerated"]["ema_steps"] = acc.ema.state_dict()["models"][0]["steps"]
-            with torch.no_grad(), acc.ema.average_parameters():
+            assert ema_of(acc).models == [acc.unwrap_model(model)]
+            out["accelerated"]["average"] = _flat(ema_of(acc).averages().values())
+            out["accelerated"]["ema_steps"] = ema_of(acc).state_dict()["models"][0]["steps"]
+            with torch.no_grad(), ema_of(acc).average_parameters():
                 out["accelerated"]["eval"] = _flat([model(x_eval)])
             out["accelerated"]["weights_after_eval"] = _flat(acc.unwrap_model(model).parameters())
         # The hand-written loop, on the process group the Accelerator created.
@@ -181,7 +181,7 @@ def ema_under_fsdp_worker(rank: int, steps: int) -> dict[str, Any]:
     import accelkw_fsdp.plugin
     import accelkw_process_group.plugin
     import torch
-    from accelkw_ema import EmaKwargs
+    from accelkw_ema import EmaKwargs, ema_of
     from accelkw_fsdp import FullyShardedDataParallelPlugin
     from torch.distributed.tensor import DTensor
 
@@ -203,7 +203,7 @@ def ema_under_fsdp_worker(rank: int, steps: int) -> dict[str, Any]:
         kwargs_handlers=[EmaKwargs(decay=DECAY)],
     ) as acc:
         model, opt = acc.prepare(model, opt)
-        average = acc.ema.averages()
+        average = ema_of(acc).averages()
         # By hand: the full weights after each step, averaged as full tensors.
         expected = {n: p.full_tensor().clone() for n, p in model.named_parameters()}
         for x, y in _data(rank, steps, inf_step=-1):
@@ -216,7 +216,7 @@ def ema_under_fsdp_worker(rank: int, steps: int) -> dict[str, Any]:
         return {
             "order": list(acc.state.handlers),
             "sharded": all(isinstance(a, DTensor) for a in average.values()),
-            "steps": acc.ema.state_dict()["models"][0]["steps"],
+            "steps": ema_of(acc).state_dict()["models"][0]["steps"],
             "average": _flat(a.full_tensor() for a in average.values()),
             "expected": _flat(expected.values()),
         }

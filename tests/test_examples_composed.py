@@ -51,7 +51,7 @@ def test_grad_clip_clips_unscaled_gradients_like_the_torch_recipe() -> None:
             f"every step must be clipped: {acc['norms']}"
         )
     assert results[0]["accelerated"]["norms"] == results[1]["accelerated"]["norms"]
-    assert accelkw_grad_clip.__all__ == ["GradClipKwargs"]
+    assert accelkw_grad_clip.__all__ == ["GradClipKwargs", "grad_clip_of"]
 
 
 def test_ema_averages_like_one_updated_by_hand() -> None:
@@ -66,7 +66,7 @@ def test_ema_averages_like_one_updated_by_hand() -> None:
         assert acc["eval"] == ref["eval"]
         assert acc["weights_after_eval"] == acc["weights"]
     assert results[0]["accelerated"]["average"] == results[1]["accelerated"]["average"]
-    assert accelkw_ema.__all__ == ["EmaKwargs"]
+    assert accelkw_ema.__all__ == ["EmaKwargs", "ema_of"]
 
 
 def test_both_examples_together() -> None:

@@ -255,8 +255,10 @@ def test_example_plugin_installs_lists_composes_and_uninstalls(venv: Venv, tmp_p
     result = json.loads(venv.python_code("training step", TRAINING_STEP))
     assert result["core"].startswith(str(venv.root)), "the checkout's core was imported"
     first = result["first"]
-    # The example and every installed built-in, but those composed only on request (fsdp, ...).
-    assert set(first["handlers"]) == handler_names - set(first["opt_in"])
+    # Every installed built-in but those composed only on request (fsdp, ...), and the seed
+    # example, opt-in too, which the code asks for.
+    assert "seed" in first["opt_in"]
+    assert set(first["handlers"]) == (handler_names - set(first["opt_in"])) | {"seed"}
     assert "seed: seed random, torch with 7 (seed 7 + rank 0)" in first["log"]
     assert "seed: numpy is not installed: not seeded" in first["log"]  # not in this venv
     assert first["deterministic_during"] and not result["deterministic_after"]
@@ -281,7 +283,7 @@ def test_scaffolded_plugin_installs_passes_its_tests_lists_and_uninstalls(venv: 
         "generated tests",
         [str(venv.python), "-m", "pytest", "-q", "-p", "no:cacheprovider", str(target / "tests")],
     )
-    assert "15 passed" in out
+    assert "16 passed" in out
 
     demo = venv.listing("list with demo")["demo_plugin"]
     assert (demo["distribution"], demo["version"], demo["status"]) == (

@@ -13,7 +13,7 @@ __all__ = ["GradientClipper"]
 class GradientClipper:
     """Clips the gradients of the optimizer being stepped, then calls ``proceed()``.
 
-    It is both the run's ``around_step`` contribution and ``accelerator.grad_clip``:
+    It is both the run's ``around_step`` contribution and ``grad_clip_of(accelerator)``:
 
     - ``last_norm``: the total gradient norm (a 0-dim tensor, before clipping) that
       ``clip_grad_norm_`` returned on the last clipped step; ``None`` before the first one and

@@ -23,7 +23,7 @@ class GradClipKwargs(KwargsHandler):
     ``torch.nn.utils.clip_grad_value_``. It contributes an ``around_step`` composed after the
     gradient scaler's (``after = ("grad_scaler",)``), so under fp16 it runs inside
     ``scaler.step``: after the gradients are unscaled, and not at all on a step the scaler
-    skips for inf/NaN gradients. ``accelerator.grad_clip`` (an ``attribute`` contribution) is the
+    skips for inf/NaN gradients. ``grad_clip_of(accelerator)`` (an ``attribute`` contribution, typed) is the
     :class:`~accelkw_grad_clip.clipper.GradientClipper`, whose ``last_norm`` is the total norm
     of the last clipped step, before clipping.
 
@@ -102,7 +102,7 @@ class GradClipKwargs(KwargsHandler):
         plan.contribute(
             "attribute",
             clipper,
-            "accelerator.grad_clip is the clipper (last_norm: the total norm of the last "
+            "grad_clip_of(accelerator) is the clipper (last_norm: the total norm of the last "
             "clipped step)",
             key="grad_clip",
         )

@@ -18,7 +18,7 @@ import accelkw_grad_accum.plugin
 import accelkw_grad_scaler.plugin
 import pytest
 import torch
-from accelkw_grad_clip import GradClipKwargs, plugin
+from accelkw_grad_clip import GradClipKwargs, grad_clip_of, plugin
 from accelkw_grad_scaler import GradScalerKwargs
 
 from accelkw_core import Accelerator, ConfigError
@@ -82,7 +82,7 @@ def train_accelerated(
         opt.step()
         opt.zero_grad()
         skipped.append(opt.step_was_skipped)
-        norms.append(acc.grad_clip.last_norm)
+        norms.append(grad_clip_of(acc).last_norm)
     return model, skipped, norms
 
 
@@ -208,7 +208,7 @@ def test_opt_in_installed_is_not_composed_until_asked(monkeypatch: pytest.Monkey
     monkeypatch.setenv("ACCELKW_GRAD_CLIP__MAX_NORM", "0.25")
     with accelerator() as acc:
         assert acc.state.handlers["grad_clip"] == GradClipKwargs(max_norm=0.25)
-        assert acc.grad_clip.max_norm == 0.25
+        assert grad_clip_of(acc).max_norm == 0.25
 
 
 def test_nested_inside_the_scalers_step() -> None:
@@ -228,7 +228,7 @@ def test_norm_clipping_matches_clip_grad_norm(norm_type: float) -> None:
     data = batches(4)
     with accelerator(GradClipKwargs(max_norm=0.3, norm_type=norm_type)) as acc:
         model, skipped, norms = train_accelerated(acc, data)
-        assert acc.grad_clip.clipped_steps == 4 and acc.grad_clip.last_step == 3
+        assert grad_clip_of(acc).clipped_steps == 4 and grad_clip_of(acc).last_step == 3
     ref, ref_skipped, ref_norms = train_by_hand(data, clip_norm(0.3, norm_type))
     assert_same(weights(model), weights(ref))
     assert_same(norms, ref_norms)
@@ -252,8 +252,8 @@ def test_under_fp16_it_clips_unscaled_gradients_and_not_a_skipped_step() -> None
     handlers = (GradClipKwargs(max_norm=0.3), GradScalerKwargs(init_scale=1024.0))
     with accelerator(*handlers, mixed_precision="fp16") as acc:
         model, skipped, norms = train_accelerated(acc, data)
-        assert acc.grad_clip.clipped_steps == 4
-        assert acc.grad_clip.last_step == 4
+        assert grad_clip_of(acc).clipped_steps == 4
+        assert grad_clip_of(acc).last_step == 4
     ref, ref_skipped, ref_norms = train_by_hand(data, clip_norm(0.3), fp16=True)
     assert skipped == ref_skipped == [i == INF_STEP for i in range(5)]
     assert_same(weights(model), weights(ref))
@@ -294,7 +294,7 @@ def test_a_closure_is_clipped_after_it_computes_the_gradients() -> None:
 
     with accelerator(GradClipKwargs(max_norm=0.2)) as acc:
         got = run(lambda m, o: acc.prepare(m, o))
-        assert acc.grad_clip.clipped_steps == 3
+        assert grad_clip_of(acc).clipped_steps == 3
 
     def by_hand(model: Any, opt: Any) -> Any:
         step = opt.step
@@ -324,8 +324,8 @@ def test_micro_steps_of_gradient_accumulation_are_not_clipped() -> None:
                 acc.backward(torch.nn.functional.mse_loss(model(x), y))
                 opt.step()
                 opt.zero_grad()
-        assert acc.grad_clip.clipped_steps == 2  # the optimizer stepped twice, not six times
-        norm = acc.grad_clip.last_norm
+        assert grad_clip_of(acc).clipped_steps == 2  # the optimizer stepped twice, not six times
+        norm = grad_clip_of(acc).last_norm
     ref = new_model()
     ref_opt = torch.optim.SGD(ref.parameters(), lr=0.1, momentum=0.9)
     for i, (x, y) in enumerate(data):
@@ -349,10 +349,10 @@ def test_each_optimizer_clips_its_own_parameters() -> None:
         grads = [p.grad.clone() for p in second.parameters()]
         opt1.step()
         assert_same([p.grad for p in second.parameters()], grads)
-        norm1 = acc.grad_clip.last_norm
+        norm1 = grad_clip_of(acc).last_norm
         opt2.step()
-        assert not torch.equal(acc.grad_clip.last_norm, norm1)
-        assert acc.grad_clip.last_step == 0 and acc.grad_clip.clipped_steps == 2
+        assert not torch.equal(grad_clip_of(acc).last_norm, norm1)
+        assert grad_clip_of(acc).last_step == 0 and grad_clip_of(acc).clipped_steps == 2
 
 
 # -- contract ----------------------------------------------------------------------------------

@@ -38,9 +38,13 @@ class SeedKwargs(KwargsHandler):
 
         accelerator = Accelerator(kwargs_handlers=[SeedKwargs(seed=1234, deterministic=True)])
         model = build_model()  # after the Accelerator: initial weights are seeded too
+
+    Opt-in: installing the plugin seeds nothing (seeding changes a run's numbers); a run is
+    seeded when it asks, in code, through ``[handlers.seed]`` or ``ACCELKW_SEED__SEED=1234``.
     """
 
     name: ClassVar[str] = "seed"
+    opt_in: ClassVar[bool] = True
 
     seed: int = handler_field(
         42, ge=0, lt=_SEED_RANGE, doc="The base seed, 0 <= seed < 2**32 (NumPy's range)."

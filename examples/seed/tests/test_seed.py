@@ -277,3 +277,22 @@ def test_ranks_of_a_real_launch_draw_different_repeatable_numbers() -> None:
     assert first[0] != first[1]
     with applied(SeedKwargs(seed=11), state=make_state(world_size=2, rank=1)):
         assert torch.randn(3).tolist() == first[1]
+
+
+def test_installed_it_changes_no_number_until_a_run_asks(monkeypatch: pytest.MonkeyPatch) -> None:
+    # The issue's case: seed 1234, then an Accelerator with the plugin installed; the next draw
+    # must be seed 1234's, not the plugin's default seed's.
+    from accelkw_core import Accelerator
+
+    monkeypatch.delenv("ACCELKW_SEED__SEED", raising=False)
+    torch.manual_seed(1234)
+    expected = torch.rand(1)
+    torch.manual_seed(1234)
+    with Accelerator(cpu=True, registry=isolated_registry([plugin])) as acc:
+        assert "seed" not in acc.state.handlers
+        assert torch.equal(torch.rand(1), expected)
+    monkeypatch.setenv("ACCELKW_SEED__SEED", "42")  # asked for: seeded
+    with Accelerator(cpu=True, registry=isolated_registry([plugin])) as acc:
+        assert acc.state.handlers["seed"] == SeedKwargs(seed=42)
+        torch.manual_seed(42)
+        assert not torch.equal(torch.rand(1), expected)
