@@ -75,8 +75,9 @@ def test_plan_for_a_config_that_enables_handlers(
     assert "ratio = 0.5" in lines
     assert f"* tags = ['x'] (file {config} [handlers.knobs])" in lines
     assert f"* bucket_cap_mb = 50 (file {config} [handlers.ddp])" in lines
-    assert "-> level 3" in lines  # each handler's plan, as apply will carry it out
-    assert "-> models wrapped in DDP" in lines and "-> gloo group" in lines
+    # Each handler's plan, as apply will carry it out, every step naming its point.
+    assert "-> [note] level 3" in lines
+    assert "-> [model_wrapper] models wrapped in DDP" in lines and "-> [run] gloo group" in lines
     assert f"disabled: scale (not listed in [plugins] enable of {config})" in lines
     assert not any(line.startswith("warning:") for line in lines)
 

@@ -31,11 +31,21 @@ def add_parser(sub: Any) -> None:
         default=None,
         help="the world size to plan for (default: WORLD_SIZE, else 1)",
     )
+    plan.add_argument(
+        "--mixed-precision",
+        "--mixed_precision",
+        choices=("no", "fp16", "bf16"),
+        default=None,
+        help="the mixed precision to plan for (default: ACCELKW_MIXED_PRECISION, the config "
+        "file, else 'no')",
+    )
     plan.add_argument("--json", action="store_true", help="print JSON")
     plan.set_defaults(func=cmd_plan)
 
 
-def build_plan(config: str | None, nproc: int | None) -> tuple[Settings, dict[str, Any]]:
+def build_plan(
+    config: str | None, nproc: int | None, mixed_precision: str | None = None
+) -> tuple[Settings, dict[str, Any]]:
     """The settings and the plan as JSON data; raises ``AccelkwError`` for a bad config."""
     from accelkw_core.cli.settings_view import settings_json
     from accelkw_core.config.environment import env_int
@@ -46,7 +56,7 @@ def build_plan(config: str | None, nproc: int | None) -> tuple[Settings, dict[st
     from accelkw_core.runtime.state import AcceleratorState
 
     registry = get_registry()
-    settings = resolve_settings(config=config, registry=registry)
+    settings = resolve_settings(config=config, registry=registry, mixed_precision=mixed_precision)
     world_size = nproc if nproc is not None else env_int(os.environ, "WORLD_SIZE", 1, 1)
     if world_size < 1:
         raise ConfigError("plan", "nproc_per_node", world_size, "an integer >= 1")
@@ -100,7 +110,7 @@ def cmd_plan(args: argparse.Namespace) -> int:
     from accelkw_core.cli.render import print_json
     from accelkw_core.cli.settings_view import accelerator_lines, handler_lines
 
-    settings, data = build_plan(args.config, args.nproc_per_node)
+    settings, data = build_plan(args.config, args.nproc_per_node, args.mixed_precision)
     if args.json:
         print_json(data)
         return 0
@@ -118,7 +128,12 @@ def cmd_plan(args: argparse.Namespace) -> int:
     for i, (entry, hs) in enumerate(zip(data["handlers"], settings.handlers, strict=True), 1):
         for line in handler_lines(hs, i, entry["version"]):
             print(f"  {line}")
-        print(f"     -> {entry['plan']}")
+        if not entry["steps"]:
+            print(f"     -> {entry['plan']}")
+        for step in entry["steps"]:
+            # Each step names the extension point it contributes to (or that it is a note).
+            where = step["point"] or ("run" if step["provides"] else "note")
+            print(f"     -> [{where}] {step['message']}")
     for name, reason in data["disabled"].items():
         print(f"disabled: {name} ({reason})")
     for note in data["notes"]:
