@@ -67,11 +67,13 @@ def _distribution_facts(
         return None, None, None, None
     from packaging.utils import canonicalize_name
 
-    metadata = dist.metadata
+    metadata = dist.metadata  # parsed at each access: once here
     name = metadata.get("Name")
-    # Distribution.requires would parse the metadata again; it is only needed for an
-    # *.egg-info, whose requirements live in requires.txt rather than in its metadata.
-    requires = metadata.get_all("Requires-Dist") or dist.requires
+    requires = metadata.get_all("Requires-Dist")
+    if requires is None and dist.read_text("requires.txt") is not None:
+        # An *.egg-info keeps its requirements in requires.txt, which Distribution.requires
+        # reads (it would parse the metadata again first, so it is not asked otherwise).
+        requires = dist.requires
     core_range = compat.core_requirement(requires)
     return (
         canonicalize_name(name) if name else None,
