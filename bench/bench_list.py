@@ -143,9 +143,11 @@ def main() -> int:
     new = json.loads(probe.stdout)
     torch = [m for m in new if m == "torch" or m.startswith("torch.")]
     plugin_mods = [m for m in new if m.split(".")[0] in modules]
+    libraries = [m for m in ("pluggy", "importlib_metadata", "packaging") if m in new]
     print(
         f"a warm listing imports torch: {bool(torch)}, plugin modules: {len(plugin_mods)}, "
-        f"pluggy: {'pluggy' in new}   (target: none)  {verdict(not torch and not plugin_mods)}"
+        f"pluggy, importlib_metadata or packaging: {', '.join(libraries) or 'none'}   "
+        f"(target: none)  {verdict(not torch and not plugin_mods and not libraries)}"
     )
     shutil.rmtree(work, ignore_errors=True)
     return 0
