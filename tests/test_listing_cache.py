@@ -153,6 +153,23 @@ def test_cached_listing_keeps_order_conflicts_and_failures(site: Path, cache: Pa
     assert {s for (n, _), s in statuses.items() if n.startswith("dup")} == {"conflict"}
 
 
+def test_a_plugin_never_imported_does_not_stop_the_listing_being_kept(
+    site: Path, cache: Path
+) -> None:
+    # Built for a core before 0.1 and denied: neither module is ever imported, so where (or
+    # whether) it exists cannot change the listing until the stamp does.
+    write_dist(site, "acme-stale", {"stale": "acme_stale_nowhere"}, requires=["accelkw-core<0.1"])
+    write_dist(site, "acme-denied", {"denied": "acme_denied_nowhere"})
+    first = probe(site, cache, ACCELKW_DISABLE_PLUGINS="denied")
+    statuses = {row[0]: row[3] for row in first["plugins"]}
+    assert statuses["stale"] == "incompatible" and statuses["denied"] == "disabled"
+    again = probe(site, cache, ACCELKW_DISABLE_PLUGINS="denied")
+    assert again["loaded"] is False and again["plugins"] == first["plugins"]
+    # A plugin that is imported and whose module is nowhere keeps every listing real.
+    after = probe(site, cache)
+    assert after["loaded"] is True and probe(site, cache)["loaded"] is True
+
+
 def test_no_cache_switch_writes_nothing_and_scans(site: Path, cache: Path) -> None:
     gizmo(site)
     for _ in range(2):

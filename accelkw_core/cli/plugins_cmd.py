@@ -11,6 +11,8 @@ from accelkw_core.cli.render import jsonable, print_json, table
 
 __all__ = ["add_parser", "handler_fields", "plugin_json"]
 
+UNIMPORTED = ("disabled", "incompatible")  # statuses whose plugin module is never imported
+
 
 def add_parser(sub: Any) -> None:
     plugins = sub.add_parser("plugins", help="list, inspect and create handler plugins")
@@ -146,7 +148,10 @@ def _load_listing(snap: Any, fields: bool) -> dict[str, Any]:
         "fields": fields,
     }
     if snap is not None and registry.group == listing_cache.GROUP:
-        files = listing_cache.module_files(imported, [r.entry_point or "" for r in records])
+        # A plugin left unimported (denied, or built for another core) stays so until the stamp
+        # changes, wherever its module is: only the imported ones' sources matter.
+        tried = [r.entry_point or "" for r in records if r.status not in UNIMPORTED]
+        files = listing_cache.module_files(imported, tried)
         if files is not None and all(r.entry_point for r in records):
             listing_cache.write(snap, listing, files)
     return listing
