@@ -15,7 +15,7 @@ Every command runs as a fresh process, interleaved round by round, with its wall
 Then ``accelerate env`` (Accelerate's nearest command) in the same rounds, and whether a listing
 imports torch or any plugin module.
 
-    python bench/bench_list.py [--repeats 21]
+    python bench/bench_list.py [--repeats 21] [--accelerate-every N] [--phases N]
 """
 
 from __future__ import annotations
@@ -44,6 +44,64 @@ PROBE = (
 )
 
 
+# The first listing after an install, phase by phase (CPU time), in one fresh interpreter. The
+# registry's load reads the entry points and metadata again (the imports already done): that
+# second reading is timed apart, so the plugins' own cost is the load less it.
+PHASES = """
+import json, sys, time
+T = time.process_time
+r = {}
+t = T(); import argparse; from accelkw_core.cli import main, plugins_cmd, strict
+r["accelkw_core.cli, argparse"] = T() - t
+from accelkw_core.discovery import listing_cache
+t = T(); snap = listing_cache.snapshot(); r["the stamp"] = T() - t
+t = T(); import importlib_metadata; eps = list(importlib_metadata.entry_points(group="accelkw"))
+r["import importlib_metadata, entry_points() (the floor's work)"] = T() - t
+t = T(); metadata = {id(e.dist): (e.dist, e.dist.metadata) for e in eps}
+r["Distribution.metadata of each (the email parser)"] = T() - t
+t = T(); import packaging.requirements
+r["import packaging.requirements"] = T() - t
+from accelkw_core._version import __version__
+from accelkw_core.discovery import compat, entry_points
+t = T()
+for dist, md in metadata.values():
+    compat.verdict(compat.core_requirement(md.get_all("Requires-Dist")), __version__)
+r["judging the ranges"] = T() - t
+t = T(); import pluggy; from accelkw_core.discovery.registry import Registry
+r["pluggy, the registry"] = T() - t
+t = T(); entry_points.find_entry_points("accelkw"); again = T() - t
+t = T(); records = Registry().plugins()
+r["importing and registering the plugins"] = T() - t - again
+t = T()
+listing = {"plugins": [plugins_cmd.plugin_json(p, False) for p in records], "typos": [],
+           "autoload": True, "fields": False}
+files = listing_cache.module_files(list(sys.modules), [p.entry_point or "" for p in records])
+if snap is not None:
+    listing_cache.write(snap, listing, files or [])
+r["keeping the listing"] = T() - t
+print(json.dumps(r))
+"""
+
+
+def phases(rounds: int, env: dict[str, str], cache: Path) -> None:
+    """Print the median CPU time of each phase of the first listing after an install."""
+    times: dict[str, list[float]] = {}
+    for _ in range(rounds):
+        shutil.rmtree(cache, ignore_errors=True)
+        out = subprocess.run(
+            [sys.executable, "-c", PHASES], capture_output=True, text=True, check=True, env=env
+        ).stdout
+        for name, seconds in json.loads(out).items():
+            times.setdefault(name, []).append(seconds * 1000)
+    start = [timed_with_cpu([sys.executable, "-c", "pass"], env)[1] * 1000 for _ in range(rounds)]
+    print(f"phases of the first listing after an install, CPU medians of {rounds} processes:")
+    print(
+        f"  {'the interpreter start (python -c pass), also in the floor':<62} {statistics.median(start):6.1f} ms"
+    )
+    for name, samples in times.items():
+        print(f"  {name:<62} {statistics.median(samples):6.1f} ms")
+
+
 def accelerate_env() -> list[str] | None:
     exe = shutil.which("accelerate", path=os.path.dirname(sys.executable)) or shutil.which(
         "accelerate"
@@ -56,6 +114,13 @@ def main() -> int:
     parser.add_argument("--repeats", type=int, default=21)
     parser.add_argument(
         "--accelerate-every", type=int, default=1, help="run `accelerate env` every Nth round"
+    )
+    parser.add_argument(
+        "--phases",
+        type=int,
+        default=0,
+        metavar="N",
+        help="also time the first listing after an install phase by phase, in N processes",
     )
     args = parser.parse_args()
 
@@ -149,6 +214,8 @@ def main() -> int:
         f"pluggy, importlib_metadata or packaging: {', '.join(libraries) or 'none'}   "
         f"(target: none)  {verdict(not torch and not plugin_mods and not libraries)}"
     )
+    if args.phases:
+        phases(args.phases, cold_env, cold_cache)
     shutil.rmtree(work, ignore_errors=True)
     return 0
 
