@@ -33,9 +33,10 @@ CHECK = (
 
 def plugin_modules() -> list[str]:
     """The module of every installed ``accelkw`` entry point."""
-    from accelkw_core.discovery.cache import scan
+    import importlib_metadata
 
-    return sorted({ep.value.split(":")[0].strip() for ep in scan("accelkw")})
+    eps = importlib_metadata.entry_points(group="accelkw")
+    return sorted({ep.value.split(":")[0].strip() for ep in eps})
 
 
 def import_profile(name: str) -> tuple[bool, float, list[tuple[float, str]]]:

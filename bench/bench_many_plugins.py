@@ -6,8 +6,9 @@ handler dataclass. They live in a temporary folder put on ``PYTHONPATH``, next t
 built-ins. Five commands run at each size (and with none), as fresh processes: the floor (a bare
 entry-point scan), ``plugins list`` and ``plugins list --json`` (nothing changed since the last
 listing, the normal case: answered from the kept listing, no plugin imported), ``plugins list
---refresh`` (entry points from their cache, every plugin imported) and ``plugins list`` with
-``ACCELKW_NO_CACHE=1`` (a full scan and load, as on the first listing after an install). Each round runs every command at every size, so noise on the shared
+--refresh`` (entry points and metadata read, every plugin imported, fields resolved, the listing
+kept) and ``plugins list`` with ``ACCELKW_NO_CACHE=1`` (the same load, nothing kept, as on the
+first listing after an install). Each round runs every command at every size, so noise on the shared
 machine falls on all of them alike. Targets: time grows linearly in the number of plugins (the
 cost per added plugin from 500 to 2,000 at most 1.5x that from 100 to 500), and
 ``plugins list`` takes <= 0.5 s at 500. Each run's CPU time is printed beside its wall time: on a

@@ -106,34 +106,45 @@ def test_the_range_a_new_plugin_declares(core: str, expected: str) -> None:
     assert compat.verdict(expected, core) == compat.OK
 
 
-class FakeDist:
-    def __init__(self, **files: str) -> None:
-        self.files = files
+def test_the_core_requirement_is_read_by_packaging() -> None:
+    requires = [
+        "torch>=2.1",
+        "accelkw-core-extras>=9",  # another distribution, not the core
+        "Accelkw_Core >=0.2, <0.3 ; python_version >= '3'",
+        "accelkw-core<0.1; extra == 'old'",
+        "accelkw-core<0.1; python_version < '3'",
+        "not a requirement !!",
+    ]
+    assert compat.core_requirement(requires) == ">=0.2,<0.3"
+    assert compat.core_requirement(["torch"]) is None
+    assert compat.core_requirement(None) is None
+    assert compat.core_requirement(["accelkw-core"]) == ""
 
-    def read_text(self, name: str) -> str | None:
-        return self.files.get(name.replace(".", "_"))
+
+def test_requirements_are_read_from_the_metadata_headers_only(site: Path) -> None:
+    # A Requires-Dist line in the description is not a header, as importlib_metadata reads it.
+    fresh(site, "headers")
+    info = site / "acme_headers-1.0.0.dist-info" / "METADATA"
+    info.write_text(info.read_text() + "\nRequires-Dist: accelkw-core<0.0.1 (the description)\n")
+    _, plugins, _ = listing(site)
+    assert plugins["headers"]["status"] == "loaded"
+    assert plugins["headers"]["compat"]["core_range"] == f">={THIS},<{NEXT}"
 
 
-def test_requirement_read_from_the_metadata_headers_only() -> None:
-    metadata = (
-        "Metadata-Version: 2.1\nName: acme-x\nVersion: 1\n"
-        "Requires-Dist: torch>=2.1\n"
-        "Requires-Dist: accelkw-core-extras>=9\n"  # another distribution, not the core
-        "Requires-Dist: Accelkw_Core >=0.2, <0.3 ; python_version >= '3'\n"
-        "Requires-Dist: accelkw-core<0.1; extra == 'old'\n"
-        "Requires-Dist: accelkw-core<0.1; python_version < '3'\n"
-        "\nRequires-Dist: accelkw-core<0.0.1 (the description, not a header)\n"
+def test_an_egg_info_range_is_read_from_its_requires_txt(site: Path, tmp_path: Path) -> None:
+    source = textwrap.dedent(TRIPWIRE.format(mark=str(tmp_path / "imported")))
+    (site / "acme_eggy.py").write_text(source + textwrap.dedent(good_plugin("eggy")))
+    egg = site / "acme_eggy.egg-info"
+    egg.mkdir()
+    (egg / "PKG-INFO").write_text("Metadata-Version: 2.1\nName: acme-eggy\nVersion: 0.9.0\n")
+    (egg / "entry_points.txt").write_text("[accelkw]\neggy = acme_eggy\n")
+    (egg / "requires.txt").write_text(
+        f"torch>=2.1\naccelkw-core{OLD_RANGE}\n\n[dev]\naccelkw-core\n"
     )
-    assert compat.core_requirement(FakeDist(METADATA=metadata)) == ">=0.2,<0.3"
-    no_core = "Metadata-Version: 2.1\nName: acme-x\nRequires-Dist: torch\n"
-    assert compat.core_requirement(FakeDist(METADATA=no_core)) is None
-    unbounded = "Metadata-Version: 2.1\nName: acme-x\nRequires-Dist: accelkw-core\n"
-    assert compat.core_requirement(FakeDist(METADATA=unbounded)) == ""
-
-
-def test_requirement_read_from_an_egg_info_requires_txt() -> None:
-    requires = "torch>=2.1\naccelkw-core>=0.2,<0.3\n\n[dev]\naccelkw-core<0.1\n"
-    assert compat.core_requirement(FakeDist(requires_txt=requires)) == ">=0.2,<0.3"
+    _, plugins, _ = listing(site)
+    assert plugins["eggy"]["status"] == "incompatible"
+    assert plugins["eggy"]["compat"]["core_range"] == OLD_RANGE
+    assert not (tmp_path / "imported").exists()
 
 
 # -- status, listing, strict -------------------------------------------------------------------
@@ -294,23 +305,19 @@ def test_no_warning_when_every_plugin_fits(site: Path) -> None:
     assert json.loads(result.stdout)["warnings"] == [], result.stderr
 
 
-# -- the cache ---------------------------------------------------------------------------------
+# -- the listing cache -----------------------------------------------------------------------
 
 PROBE = """
-    import json, sys
+    import contextlib, io, json, sys
     {before}
-    from accelkw_core.discovery import cache
-    from accelkw_core.discovery import compat
-    scans, scan = [], cache.scan
-    cache.scan = lambda group: scans.append(group) or scan(group)
-    judged, verdict = [], compat.verdict
-    compat.verdict = lambda *args: judged.append(args) or verdict(*args)
-    from accelkw_core.discovery.registry import Registry
-    records = Registry().plugins()
+    from accelkw_core.cli.main import main
+    out = io.StringIO()
+    with contextlib.redirect_stdout(out):
+        main(["plugins", "list", "--json"])
     print(json.dumps({{
-        "scanned": bool(scans),
-        "parsed": bool(judged),
-        "status": {{r.name: r.status for r in records}},
+        "metadata_read": "importlib_metadata" in sys.modules,
+        "judged": "packaging.specifiers" in sys.modules,
+        "status": {{p["name"]: p["status"] for p in json.loads(out.getvalue())}},
     }}))
 """
 
@@ -321,24 +328,25 @@ def probe(site: Path, cache: Path, before: str = "") -> dict[str, Any]:
     return json.loads(result.stdout)
 
 
-def test_the_verdict_is_cached_with_the_entry_points(site: Path, tmp_path: Path) -> None:
+def test_the_verdict_is_kept_with_the_listing(site: Path, tmp_path: Path) -> None:
     mark = tmp_path / "imported"
     stale(site, mark)
     fresh(site)
     cache = tmp_path / "xdg"
     cold = probe(site, cache)
-    assert cold["scanned"] and cold["parsed"]
+    assert cold["metadata_read"] and cold["judged"]
     warm = probe(site, cache)
-    assert not warm["scanned"] and not warm["parsed"], "a warm listing parsed metadata"
+    assert not warm["metadata_read"] and not warm["judged"], "a warm listing read metadata"
     mine = {"fresh": "loaded", "stale": "incompatible"}
     assert {n: warm["status"][n] for n in mine} == {n: cold["status"][n] for n in mine} == mine
     assert not mark.exists()
-    (stored,) = (cache / "accelkw").glob("entry-points-*.json")
-    rows = {row[0]: row for row in json.loads(stored.read_text())["entry_points"]}
-    assert rows["stale"][4:] == [OLD_RANGE, "core-too-new"]
+    (stored,) = (cache / "accelkw").glob("listing-*.json")
+    kept = {p["name"]: p for p in json.loads(stored.read_text())["listing"]["plugins"]}
+    assert kept["stale"]["compat"]["core_range"] == OLD_RANGE
+    assert kept["stale"]["compat"]["fix"] == "pip install -U acme-stale"
 
 
-def test_another_core_version_invalidates_the_cached_verdict(site: Path, tmp_path: Path) -> None:
+def test_another_core_version_invalidates_the_kept_verdict(site: Path, tmp_path: Path) -> None:
     stale(site, tmp_path / "imported")
     cache = tmp_path / "xdg"
     assert probe(site, cache)["status"]["stale"] == "incompatible"
@@ -347,36 +355,5 @@ def test_another_core_version_invalidates_the_cached_verdict(site: Path, tmp_pat
     if CORE.minor == 0:
         pytest.skip("no older minor release of this major version")
     again = probe(site, cache, before=older)
-    assert again["scanned"], "the cache ignored the core's version"
+    assert again["metadata_read"], "the cache ignored the core's version"
     assert again["status"]["stale"] == "loaded"
-
-
-def test_plain_ranges_are_judged_as_packaging_judges_them() -> None:
-    from unittest import mock
-
-    # The verdict on final releases and plain operators is worked out without packaging.
-    specs = [
-        ">=0.2,<0.3",
-        "<0.3,>=0.2",
-        ">0.2",
-        ">=0.2.0",
-        "<=0.2",
-        "<0.2.1",
-        "==0.2",
-        "==0.2.0.0",
-        "!=0.2.0",
-        ">=1",
-        "<1,>=0.1,!=0.2.1",
-        "==0.3",
-        ">0.1,<0.2",
-    ]
-    cores = ["0.2", "0.2.0", "0.2.1", "0.1.9", "0.3.0", "1.0", "0.10.0"]
-    for spec in specs:
-        for core in cores:
-            fast = compat._plain_verdict(spec, core)
-            assert fast is not None, spec
-            with mock.patch.object(compat, "_plain_verdict", lambda s, c: None):
-                slow = compat.verdict(spec, core)
-            assert fast == slow, (spec, core, fast, slow)
-    for spec, core in [("~=0.2", "0.2.0"), ("==0.2.*", "0.2.0"), (">=0.2", "0.3.0rc1")]:
-        assert compat._plain_verdict(spec, core) is None

@@ -11,8 +11,9 @@ import pytest
 
 from accelkw_core.config.environment import env_flag, unknown_variables
 from accelkw_core.config.settings import resolve_settings
-from accelkw_core.discovery.cache import EntryPointInfo, cache_dir
+from accelkw_core.discovery.entry_points import PluginEntryPoint
 from accelkw_core.discovery.hookspecs import hookimpl
+from accelkw_core.discovery.listing_cache import cache_dir
 from accelkw_core.discovery.registry import Registry
 from accelkw_core.errors import ConfigError, ConfigWarning
 from accelkw_core.handlers.base import KwargsHandler, handler_field
@@ -97,8 +98,8 @@ def test_unknown_variables_are_warned_about_with_the_closest_name(tmp_path: Path
         )
 
 
-def entry(name: str, dist: str) -> EntryPointInfo:
-    return EntryPointInfo(name, f"{name}_mod", dist, "1.0")
+def entry(name: str, dist: str) -> PluginEntryPoint:
+    return PluginEntryPoint(name, f"{name}_mod", dist, "1.0")
 
 
 def test_unknown_names_in_the_allow_and_deny_lists_get_a_close_match() -> None:

@@ -11,6 +11,8 @@ from accelkw_core.cli.render import jsonable, print_json, table
 
 __all__ = ["add_parser", "handler_fields", "plugin_json"]
 
+UNIMPORTED = ("disabled", "incompatible")  # statuses whose plugin module is never imported
+
 
 def add_parser(sub: Any) -> None:
     plugins = sub.add_parser("plugins", help="list, inspect and create handler plugins")
@@ -106,40 +108,37 @@ def _compat_json(record: Any) -> dict[str, Any] | None:
 
 
 def cmd_list(args: argparse.Namespace) -> int:
-    from accelkw_core.discovery import metadata_cache
+    from accelkw_core.discovery import listing_cache
+    from accelkw_core.discovery.default_registry import registry_exists
 
     # Only the process-wide registry built from entry points is cached: one set in code (tests,
     # notebooks through set_registry) is listed as it is.
-    registry_module = sys.modules.get("accelkw_core.discovery.registry")
-    own = registry_module is None or getattr(registry_module, "_default", None) is None
-    snapshot = metadata_cache.key_of() if own else None
+    snap = None if registry_exists() else listing_cache.snapshot()
     listing = None
-    if snapshot is not None and not args.refresh:
-        listing = metadata_cache.read(snapshot)
+    if snap is not None and not args.refresh:
+        listing = listing_cache.read(snap)
         if listing is not None and args.json and not listing["fields"]:
             listing = None  # kept by a table listing, which does not resolve fields
         if listing is not None:
             for message in listing["typos"]:  # as config_warnings prints them after a load
                 print(f"accelkw: warning: {message}", file=sys.stderr)
     if listing is None:
-        listing = _load_listing(snapshot, fields=args.json or args.refresh)
+        listing = _load_listing(snap, fields=args.json or args.refresh)
     return _print_listing(args, listing)
 
 
-def _load_listing(snapshot: Any, fields: bool) -> dict[str, Any]:
-    """Load every plugin for real; store what the listing shows under ``snapshot`` (if any).
+def _load_listing(snap: Any, fields: bool) -> dict[str, Any]:
+    """Load every plugin for real; keep what the listing shows under ``snap`` (if any).
 
     ``fields``: resolve each handler's fields (``--json`` prints them; a table does not).
     """
     from accelkw_core.cli.strict import config_warnings
-    from accelkw_core.discovery import metadata_cache
-    from accelkw_core.discovery.registry import get_registry
+    from accelkw_core.discovery import listing_cache
+    from accelkw_core.discovery.default_registry import get_registry
 
     registry = get_registry()
     before = set(sys.modules)
     with config_warnings() as typos:  # ACCELKW_PLUGINS / ACCELKW_DISABLE_PLUGINS naming no plugin
-        if snapshot is not None:
-            registry.load(stamp=snapshot.stamp)  # taken just now: not taken twice
         records = registry.plugins()
     imported = set(sys.modules) - before
     listing = {
@@ -148,10 +147,13 @@ def _load_listing(snapshot: Any, fields: bool) -> dict[str, Any]:
         "autoload": registry.autoload,
         "fields": fields,
     }
-    if snapshot is not None and registry.group == metadata_cache.GROUP:
-        files = metadata_cache.module_files(imported, [r.entry_point or "" for r in records])
+    if snap is not None and registry.group == listing_cache.GROUP:
+        # A plugin left unimported (denied, or built for another core) stays so until the stamp
+        # changes, wherever its module is: only the imported ones' sources matter.
+        tried = [r.entry_point or "" for r in records if r.status not in UNIMPORTED]
+        files = listing_cache.module_files(imported, tried)
         if files is not None and all(r.entry_point for r in records):
-            metadata_cache.write(snapshot, listing, files)
+            listing_cache.write(snap, listing, files)
     return listing
 
 

@@ -44,7 +44,7 @@ VARIABLES: dict[str, str] = {
     "ACCELKW_PLUGINS": "comma-separated allow-list of plugin or distribution names",
     "ACCELKW_DISABLE_PLUGINS": "comma-separated deny-list of plugin or distribution names",
     "ACCELKW_DISABLE_PLUGIN_AUTOLOAD": "a switch: read no entry points",
-    "ACCELKW_NO_CACHE": "a switch: scan the entry points instead of reading the cache",
+    "ACCELKW_NO_CACHE": "a switch: plugins list keeps no listing and always loads for real",
     "ACCELKW_LOG_LEVEL": "what the 'accelkw' loggers print to stderr: DEBUG, INFO, WARNING, ...",
     # Set by `accelkw launch` for its workers (accelkw_core.cli.worker), not by users.
     "ACCELKW_LAUNCH_ERRORS": "the folder where workers leave a configuration error",

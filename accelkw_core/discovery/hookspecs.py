@@ -1,4 +1,9 @@
-"""The hook specifications plugins implement. Every hook name starts with ``accelkw_``."""
+"""The hook specifications plugins implement. Every hook name starts with ``accelkw_``.
+
+The core calls each through pluggy: ``accelkw_register_handlers`` is *historic*
+(``pm.hook.accelkw_register_handlers.call_historic``), so pluggy calls a plugin's implementation
+once, as the plugin is registered; the others are called with ``pm.hook.<name>(...)``.
+"""
 
 from __future__ import annotations
 
@@ -18,9 +23,13 @@ hookspec = pluggy.HookspecMarker(PROJECT)
 hookimpl = pluggy.HookimplMarker(PROJECT)
 
 
-@hookspec
+@hookspec(historic=True)
 def accelkw_register_handlers(register: Callable[[type[KwargsHandler]], None]) -> None:
     """Contribute handler classes by calling ``register(HandlerClass)`` once for each.
+
+    Called once per plugin, as it is registered (so a wrapper implementation is refused). An
+    exception here, or a class ``register`` refuses, marks the plugin ``failed``; the others
+    keep working.
 
     :param register: takes a ``KwargsHandler`` dataclass; the core attaches the plugin's name
         and distribution, validates the class and reports a name claimed twice as a conflict.

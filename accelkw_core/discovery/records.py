@@ -18,6 +18,8 @@ __all__ = [
     "HandlerInfo",
     "PluginRecord",
     "check_handler_class",
+    "exception_text",
+    "normalize_name",
 ]
 
 LOADED, FAILED, DISABLED, CONFLICT = "loaded", "failed", "disabled", "conflict"
@@ -94,13 +96,10 @@ class HandlerInfo(NamedTuple):
     version: str | None
 
 
-def _split_env(value: str | None) -> set[str] | None:
-    if value is None:
-        return None
-    return {part.strip() for part in value.split(",") if part.strip()}
-
-
-def _norm(name: str) -> str:
+def normalize_name(name: str) -> str:
+    """``name`` as plugin, handler and distribution names are compared: PEP 503's normal form
+    (lowercase, runs of ``-``, ``_`` and ``.`` as one ``-``), so ``Accelkw_DDP`` is ``accelkw-ddp``.
+    """
     return re.sub(r"[-_.]+", "-", name).lower()
 
 
@@ -122,7 +121,8 @@ def check_handler_class(cls: object) -> str | None:
     return None
 
 
-def _exc_text(exc: BaseException) -> str:
+def exception_text(exc: BaseException) -> str:
+    """One line naming what went wrong, for a plugin's recorded reason."""
     if isinstance(exc, SyntaxError):
         return f"{exc.msg} ({exc.filename}, line {exc.lineno})"
     if isinstance(exc, SystemExit):  # str() of SystemExit(3) is a bare "3"

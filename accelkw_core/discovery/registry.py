@@ -9,13 +9,15 @@ from __future__ import annotations
 
 import os
 import time
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Iterable, Mapping
 from typing import Any
 
 import pluggy
 
 from accelkw_core.config.environment import env_flag
-from accelkw_core.discovery import cache, compat, hookspecs
+from accelkw_core.discovery import compat, hookspecs
+from accelkw_core.discovery.default_registry import get_registry, set_registry
+from accelkw_core.discovery.entry_points import PluginEntryPoint, find_entry_points
 from accelkw_core.discovery.records import (
     CONFLICT,
     DISABLED,
@@ -24,10 +26,9 @@ from accelkw_core.discovery.records import (
     LOADED,
     HandlerInfo,
     PluginRecord,
-    _exc_text,
-    _norm,
-    _split_env,
     check_handler_class,
+    exception_text,
+    normalize_name,
 )
 from accelkw_core.errors import (
     ConfigWarning,
@@ -58,9 +59,9 @@ class Registry:
     ``allow``/``deny`` (plugin or distribution names) default to the ``ACCELKW_PLUGINS`` and
     ``ACCELKW_DISABLE_PLUGINS`` environment variables and are applied before any plugin module
     is imported. ``autoload=False`` (or ``ACCELKW_DISABLE_PLUGIN_AUTOLOAD=1``) reads no entry
-    points; :meth:`register_plugin` adds plugin objects in code either way. Entry points come
-    through the cache in ``cache_dir`` (``None`` with ``ACCELKW_NO_CACHE=1``; see
-    :mod:`accelkw_core.discovery.cache`).
+    points; :meth:`register_plugin` adds plugin objects in code either way. Entry points and
+    their distributions' metadata are read with ``importlib_metadata``
+    (:mod:`accelkw_core.discovery.entry_points`).
     """
 
     def __init__(
@@ -77,17 +78,22 @@ class Registry:
             off = env_flag(env, ENV_NO_AUTOLOAD, handler="plugins", field="disable_autoload")
             autoload = not off
         self.autoload = autoload
-        self.allow = set(allow) if allow is not None else _split_env(env.get(ENV_ALLOW))
-        self.deny = set(deny) if deny is not None else (_split_env(env.get(ENV_DENY)) or set())
+        self.allow = set(allow) if allow is not None else _names_in(env.get(ENV_ALLOW))
+        self.deny = set(deny) if deny is not None else (_names_in(env.get(ENV_DENY)) or set())
         self._list_names = {
             "allow": ENV_ALLOW if allow is None else "the allow-list",
             "deny": ENV_DENY if deny is None else "the deny-list",
         }
         self.group = group
-        self.cache_dir = cache.cache_dir(env)
         self.pm = pluggy.PluginManager(hookspecs.PROJECT)
         self.pm.add_hookspecs(hookspecs)
-        self._staging: pluggy.PluginManager | None = None
+        # accelkw_register_handlers is historic: pluggy calls each plugin's implementation once,
+        # as the plugin is registered (now or later), with this callback. The plugin being
+        # registered is the one whose record the callback fills.
+        self._registering: PluginRecord | None = None
+        self.pm.hook.accelkw_register_handlers.call_historic(
+            kwargs={"register": self._register_handler}
+        )
         self._records: dict[str, PluginRecord] = {}
         self._handlers: dict[str, HandlerInfo] | None = None
         self._loaded = False
@@ -95,16 +101,13 @@ class Registry:
 
     # -- loading -------------------------------------------------------------------------------
 
-    def load(self, *, stamp: list[Any] | None = None) -> Registry:
-        """Discover and load entry-point plugins, once; later calls do nothing.
-
-        ``stamp``: the entry-point cache's stamp of this group, taken by the caller just before.
-        """
+    def load(self) -> Registry:
+        """Discover and load entry-point plugins, once; later calls do nothing."""
         if self._loaded:
             return self
         self._loaded = True
         if self.autoload:
-            found = cache.entry_points(self.group, self.cache_dir, stamp)
+            found = find_entry_points(self.group)
             self._warn_unknown_names(found)
             for ep in found:
                 self._load_entry_point(ep)
@@ -112,7 +115,7 @@ class Registry:
         return self
 
     def unknown_names(
-        self, found: Iterable[cache.EntryPointInfo] | None = None
+        self, found: Iterable[PluginEntryPoint] | None = None
     ) -> list[tuple[str, str, str | None]]:
         """``(list, name, close match)`` for each allow/deny name no installed plugin has.
 
@@ -120,21 +123,21 @@ class Registry:
         and case aside), as :meth:`load` applies them.
         """
         if found is None:
-            found = cache.entry_points(self.group, self.cache_dir) if self.autoload else []
+            found = find_entry_points(self.group) if self.autoload else []
         known: dict[str, str] = {}
         for ep in found:
             for name in (ep.name, ep.distribution):
                 if name:
-                    known.setdefault(_norm(name), name)
+                    known.setdefault(normalize_name(name), name)
         out = []
         for key, names in (("allow", self.allow or set()), ("deny", self.deny)):
             for name in sorted(names):
-                if _norm(name) not in known:
-                    hint = suggest(_norm(name), known)
+                if normalize_name(name) not in known:
+                    hint = suggest(normalize_name(name), known)
                     out.append((self._list_names[key], name, known[hint] if hint else None))
         return out
 
-    def _warn_unknown_names(self, found: list[cache.EntryPointInfo]) -> None:
+    def _warn_unknown_names(self, found: list[PluginEntryPoint]) -> None:
         import warnings
 
         installed = sorted({ep.name for ep in found})
@@ -148,14 +151,17 @@ class Registry:
             )
 
     def _selected(self, name: str, dist: str | None) -> str | None:
-        names = {name, _norm(name)} | ({dist, _norm(dist)} if dist else set())
-        if self.allow is not None and not names & (self.allow | {_norm(a) for a in self.allow}):
-            return f"not in the allow-list {ENV_ALLOW}={','.join(sorted(self.allow))}"
-        if names & (self.deny | {_norm(d) for d in self.deny}):
+        names = {name, normalize_name(name)}
+        if dist:
+            names |= {dist, normalize_name(dist)}
+        allow = self.allow
+        if allow is not None and not names & (allow | {normalize_name(a) for a in allow}):
+            return f"not in the allow-list {ENV_ALLOW}={','.join(sorted(allow))}"
+        if names & (self.deny | {normalize_name(d) for d in self.deny}):
             return f"in the deny-list {ENV_DENY}"
         return None
 
-    def _load_entry_point(self, ep: cache.EntryPointInfo) -> None:
+    def _load_entry_point(self, ep: PluginEntryPoint) -> None:
         record = PluginRecord(
             name=ep.name, entry_point=ep.value, distribution=ep.distribution, version=ep.version
         )
@@ -185,12 +191,12 @@ class Registry:
             plugin = ep.load()
         except (Exception, SystemExit) as exc:
             record.load_ms = (time.perf_counter() - start) * 1000
-            record.fail(FAILED, type(exc).__name__, _exc_text(exc))
+            record.fail(FAILED, type(exc).__name__, exception_text(exc))
             return
         record.load_ms = (time.perf_counter() - start) * 1000
         self._activate(record, plugin)
 
-    def _check_core(self, record: PluginRecord, ep: cache.EntryPointInfo) -> bool:
+    def _check_core(self, record: PluginRecord, ep: PluginEntryPoint) -> bool:
         """Record what the distribution's metadata says of the core; ``False``: do not import."""
         record.core_range = ep.core_range
         if ep.verdict is None or ep.verdict == compat.OK:
@@ -229,78 +235,72 @@ class Registry:
         return record
 
     def _activate(self, record: PluginRecord, plugin: object) -> None:
+        """Register ``plugin`` with pluggy, which calls its ``accelkw_register_handlers``."""
+        name = (
+            record.name
+            if self.pm.get_plugin(record.name) is None
+            else f"{record.name}@{id(plugin)}"
+        )
+        self._registering = record
         try:
-            self.pm.register(
-                plugin,
-                name=record.name
-                if self.pm.get_plugin(record.name) is None
-                else f"{record.name}@{id(plugin)}",
-            )
-        except Exception as exc:
-            record.fail(FAILED, type(exc).__name__, _exc_text(exc))
+            self.pm.register(plugin, name=name)
+        except pluggy.PluginValidationError as exc:  # a hook's signature or options
+            self._reject(record, plugin, type(exc).__name__, exception_text(exc))
             return
-        record.plugin = plugin
-        # Only a hook without a spec can be unknown, so look at those alone: pm.get_hookcallers
-        # walks every plugin's implementations, which made loading n plugins quadratic.
-        unknown = [
-            caller.name
-            for caller in vars(self.pm.hook).values()
-            if not caller.has_spec() and any(i.plugin is plugin for i in caller.get_hookimpls())
-        ]
-        if unknown:
-            self._reject(record, "UnknownHook", f"implements unknown hook(s): {', '.join(unknown)}")
-            return
-        classes: list[type[KwargsHandler]] = []
-
-        def register(cls: type[KwargsHandler]) -> None:
-            reason = check_handler_class(cls)
-            if reason is not None:
-                raise PluginError(record.name, record.distribution, reason)
-            if cls not in classes:
-                classes.append(cls)
-
-        try:
-            self._register_handlers_of(plugin, register)
-        except PluginError as exc:
-            self._reject(record, "InvalidHandler", exc.reason)
+        except PluginError as exc:  # register() got something that is not a handler class
+            self._reject(record, plugin, "InvalidHandler", exc.reason)
             return
         except Exception as exc:
             self._reject(
-                record, type(exc).__name__, f"accelkw_register_handlers raised: {_exc_text(exc)}"
+                record,
+                plugin,
+                type(exc).__name__,
+                f"accelkw_register_handlers raised: {exception_text(exc)}",
             )
             return
-        record.handlers = classes
-
-    def _register_handlers_of(self, plugin: object, register: Callable[[Any], None]) -> None:
-        # Only this plugin's implementation is called. It is the one the main manager holds,
-        # called as pluggy calls it (each parameter by name); a wrapper implementation goes
-        # through pluggy, on a staging manager that holds only this plugin: a subset caller of
-        # the main manager would filter every other plugin's implementations, quadratic in the
-        # plugin count, and registering each plugin twice cost a third of loading it.
-        if not hasattr(plugin, "accelkw_register_handlers"):
-            return
-        caller = getattr(self.pm.hook, "accelkw_register_handlers", None)
-        impls = caller.get_hookimpls() if self.pm.is_registered(plugin) and caller else []
-        impl = next((i for i in reversed(impls) if i.plugin is plugin), None)
-        if impl is not None and not (impl.wrapper or impl.hookwrapper):
-            arguments = {"register": register}
-            impl.function(*[arguments[name] for name in impl.argnames])
-            return
-        staging = self._staging
-        if staging is None:
-            staging = self._staging = pluggy.PluginManager(hookspecs.PROJECT)
-            staging.add_hookspecs(hookspecs)
-        staging.register(plugin)
-        try:
-            staging.hook.accelkw_register_handlers(register=register)
         finally:
-            staging.unregister(plugin)
+            self._registering = None
+        record.plugin = plugin
+        unknown = self._unknown_hooks(plugin)
+        if unknown:
+            self._reject(
+                record, plugin, "UnknownHook", f"implements unknown hook(s): {', '.join(unknown)}"
+            )
 
-    def _reject(self, record: PluginRecord, kind: str, message: str) -> None:
+    def _register_handler(self, cls: type[KwargsHandler]) -> None:
+        """The ``register`` callback of ``accelkw_register_handlers``."""
+        record = self._registering
+        if record is None:
+            raise PluginError(
+                getattr(cls, "__module__", "?"),
+                None,
+                "register() was called outside accelkw_register_handlers; call it from the hook",
+            )
+        reason = check_handler_class(cls)
+        if reason is not None:
+            raise PluginError(record.name, record.distribution, reason)
+        if cls not in record.handlers:
+            record.handlers.append(cls)
+
+    def _unknown_hooks(self, plugin: object) -> list[str]:
+        # Only a hook without a specification can be unknown, so only those are looked at:
+        # pm.get_hookcallers(plugin) walks every plugin's implementations of every hook, which
+        # made loading n plugins quadratic. An implementation marked optionalhook=True may name a
+        # hook this core does not have, as pluggy intends (pm.check_pending skips it too).
+        return [
+            caller.name
+            for caller in vars(self.pm.hook).values()
+            if isinstance(caller, pluggy.HookCaller)
+            and not caller.has_spec()
+            and any(i.plugin is plugin and not i.optionalhook for i in caller.get_hookimpls())
+        ]
+
+    def _reject(self, record: PluginRecord, plugin: object, kind: str, message: str) -> None:
         record.fail(FAILED, kind, message)
-        if record.plugin is not None:
-            self.pm.unregister(record.plugin)
-            record.plugin = None
+        record.handlers = []
+        record.plugin = None
+        if self.pm.is_registered(plugin):
+            self.pm.unregister(plugin)
 
     # -- queries -------------------------------------------------------------------------------
 
@@ -389,25 +389,8 @@ class Registry:
         return handlers
 
 
-_default: Registry | None = None
-
-
-def get_registry() -> Registry:
-    """The process-wide registry, created (not loaded) on first use."""
-    global _default
-    if _default is None:
-        _default = Registry()
-    return _default
-
-
-def set_registry(registry: Registry | None) -> Callable[[], None]:
-    """Replace the process-wide registry (``None`` resets it); returns an undo function."""
-    global _default
-    previous = _default
-    _default = registry
-
-    def restore() -> None:
-        global _default
-        _default = previous
-
-    return restore
+def _names_in(value: str | None) -> set[str] | None:
+    """The names of a comma-separated list variable; ``None`` when it is unset."""
+    if value is None:
+        return None
+    return {part.strip() for part in value.split(",") if part.strip()}

@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING, Any, NamedTuple
 from accelkw_core.discovery.catalog import HANDLER_DISTRIBUTIONS, install_hint
 
 # The allow- and deny-lists' name matching, so a name means the same thing in every list.
-from accelkw_core.discovery.records import _norm
+from accelkw_core.discovery.records import normalize_name
 from accelkw_core.errors import ConfigError, RequirementError
 
 if TYPE_CHECKING:
@@ -81,7 +81,7 @@ def check_requirements(
 
 
 def _unmet(req: PluginRequirement, registry: Registry) -> str | None:
-    key = _norm(req.name)
+    key = normalize_name(req.name)
     handlers = registry.handlers()
     record = _find(key, registry, handlers)
     if record is None:
@@ -111,14 +111,14 @@ def _unmet(req: PluginRequirement, registry: Registry) -> str | None:
 def _find(key: str, registry: Registry, handlers: dict[str, Any]) -> PluginRecord | None:
     records = registry.plugins()
     for name, info in handlers.items():
-        if _norm(name) == key:
+        if normalize_name(name) == key:
             return next(r for r in records if r.name == info.plugin and info.cls in r.handlers)
     for record in records:  # a handler name two plugins claim: their records say so
-        if any(_norm(cls.name) == key for cls in record.handlers):
+        if any(normalize_name(cls.name) == key for cls in record.handlers):
             return record
     for field in ("name", "distribution"):
         for record in records:
             value = getattr(record, field)
-            if value and _norm(value) == key:
+            if value and normalize_name(value) == key:
                 return record
     return None

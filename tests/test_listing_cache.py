@@ -1,7 +1,9 @@
-"""The entry-point cache: a listing after any install, upgrade or uninstall matches a fresh scan.
+"""The listing cache: a listing after any install, upgrade, uninstall or edit matches a real one,
+and a listing when nothing changed imports no plugin module.
 
 Every listing runs in a fresh interpreter with its own ``XDG_CACHE_HOME``; the truth it is
-compared with is the same listing with ``ACCELKW_NO_CACHE=1``.
+compared with is the same listing with ``ACCELKW_NO_CACHE=1`` (or ``--refresh``). A plugin here
+may leave a mark file when imported, so a test can tell whether a listing imported it.
 """
 
 from __future__ import annotations
@@ -14,23 +16,29 @@ import sys
 import textwrap
 import zipfile
 from pathlib import Path
+from typing import Any
 
 import pytest
 
-from accelkw_core.discovery.cache import EntryPointInfo, cache_dir, stamp_of
+from accelkw_core.discovery.listing_cache import cache_dir, stamp_of
 from tests.conftest import good_plugin, run_accelkw, run_python, write_dist
 
-# Loads the registry and reports what it found and whether the scan ran (cache.scan called).
+# Lists as `accelkw plugins list --json` does, in-process, and reports what it printed and whether
+# it loaded for real (found the entry points with importlib_metadata and imported the registry).
 PROBE = """
-    import json, sys
-    from accelkw_core.discovery import cache
-    scans, scan = [], cache.scan
-    cache.scan = lambda group: scans.append(group) or scan(group)
-    from accelkw_core.discovery.registry import Registry
-    records = Registry().plugins()
+    import contextlib, io, json, sys
+    from accelkw_core.cli.main import main
+    out = io.StringIO()
+    with contextlib.redirect_stdout(out):
+        code = main(["plugins", "list", "--json"])
+    assert code == 0
     print(json.dumps({
-        "scanned": bool(scans),
-        "plugins": [[r.name, r.distribution, r.version, r.status, r.entry_point] for r in records],
+        "scanned": "importlib_metadata" in sys.modules,
+        "loaded": "accelkw_core.discovery.registry" in sys.modules,
+        "plugins": [
+            [p["name"], p["distribution"], p["version"], p["status"], p["entry_point"]]
+            for p in json.loads(out.getvalue())
+        ],
     }))
 """
 
@@ -67,10 +75,10 @@ def gizmo(site: Path, version: str = "1.0.0", name: str = "gizmo") -> None:
 def test_second_listing_reads_the_cache_without_scanning(site: Path, cache: Path) -> None:
     gizmo(site)
     first = probe(site, cache)
-    assert first["scanned"] is True
-    assert list((cache / "accelkw").glob("entry-points-*.json"))
+    assert first["scanned"] is first["loaded"] is True
+    assert list((cache / "accelkw").glob("listing-*.json"))
     second = probe(site, cache)
-    assert second["scanned"] is False
+    assert second["scanned"] is second["loaded"] is False
     assert second["plugins"] == first["plugins"] == truth(site, cache)
     assert ["gizmo", "acme-gizmo", "1.0.0", "loaded", "acme_gizmo"] in second["plugins"]
 
@@ -145,6 +153,23 @@ def test_cached_listing_keeps_order_conflicts_and_failures(site: Path, cache: Pa
     assert {s for (n, _), s in statuses.items() if n.startswith("dup")} == {"conflict"}
 
 
+def test_a_plugin_never_imported_does_not_stop_the_listing_being_kept(
+    site: Path, cache: Path
+) -> None:
+    # Built for a core before 0.1 and denied: neither module is ever imported, so where (or
+    # whether) it exists cannot change the listing until the stamp does.
+    write_dist(site, "acme-stale", {"stale": "acme_stale_nowhere"}, requires=["accelkw-core<0.1"])
+    write_dist(site, "acme-denied", {"denied": "acme_denied_nowhere"})
+    first = probe(site, cache, ACCELKW_DISABLE_PLUGINS="denied")
+    statuses = {row[0]: row[3] for row in first["plugins"]}
+    assert statuses["stale"] == "incompatible" and statuses["denied"] == "disabled"
+    again = probe(site, cache, ACCELKW_DISABLE_PLUGINS="denied")
+    assert again["loaded"] is False and again["plugins"] == first["plugins"]
+    # A plugin that is imported and whose module is nowhere keeps every listing real.
+    after = probe(site, cache)
+    assert after["loaded"] is True and probe(site, cache)["loaded"] is True
+
+
 def test_no_cache_switch_writes_nothing_and_scans(site: Path, cache: Path) -> None:
     gizmo(site)
     for _ in range(2):
@@ -155,8 +180,8 @@ def test_no_cache_switch_writes_nothing_and_scans(site: Path, cache: Path) -> No
 def test_a_corrupt_cache_file_is_ignored_and_replaced(site: Path, cache: Path) -> None:
     gizmo(site)
     probe(site, cache)
-    (path,) = (cache / "accelkw").glob("entry-points-*.json")
-    path.write_text('{"format": 1, "stamp": [1, 2')
+    (path,) = (cache / "accelkw").glob("listing-*.json")
+    path.write_text('{"stamp": [3, 2')
     assert probe(site, cache)["plugins"] == truth(site, cache)
     assert probe(site, cache)["scanned"] is False
 
@@ -205,12 +230,168 @@ def test_a_custom_distribution_finder_turns_the_cache_off(monkeypatch: pytest.Mo
     assert stamp_of("accelkw") is None
 
 
-def test_entry_point_info_loads_like_importlib_metadata() -> None:
-    assert EntryPointInfo("j", "os.path:join", None, None).load() is os.path.join
-    assert EntryPointInfo("m", "os.path", None, None).load() is os.path
-    assert EntryPointInfo("x", "os : path.join [extra]", None, None).load() is os.path.join
-    with pytest.raises(ValueError, match="invalid entry point value"):
-        EntryPointInfo("bad", "not a-valid:value!", None, None).load()
+def test_the_environment_is_part_of_the_stamp() -> None:
+    assert stamp_of("accelkw", {}) == stamp_of("accelkw", {"PATH": "/bin"})
+    assert stamp_of("accelkw", {}) != stamp_of("accelkw", {"ACCELKW_PLUGINS": "ddp"})
+
+
+# -- the kept listing: no plugin imported, sources, dependencies and lists ------------------
+
+TRIPWIRE = """
+    import pathlib
+    pathlib.Path({mark!r}).write_text("imported")
+"""
+
+
+@pytest.fixture
+def mark(tmp_path: Path) -> Path:
+    return tmp_path / "imported"
+
+
+def gadget(site: Path, mark: Path, extra: str = "", requires_dep: bool = False) -> None:
+    """acme-gadget, whose module leaves ``mark`` when imported (and imports acme_dep if asked)."""
+    head = textwrap.dedent(TRIPWIRE.format(mark=str(mark)))
+    if requires_dep:
+        head += "import acme_dep\n"
+    write_dist(
+        site,
+        "acme-gadget",
+        {"gadget": "acme_gadget"},
+        {"acme_gadget.py": head + textwrap.dedent(good_plugin("gadget")) + extra},
+        requires=["acme-dep"] if requires_dep else (),
+    )
+
+
+def listing(site: Path, cache: Path, *args: str, **env: str) -> tuple[int, list[Any], str]:
+    result = run_accelkw(
+        ["plugins", "list", "--json", *args], site=site, env={"XDG_CACHE_HOME": str(cache), **env}
+    )
+    return result.returncode, result.json(), result.stderr
+
+
+def mine(plugins: list[Any], drop_timing: bool = True) -> dict[str, Any]:
+    out = {}
+    for p in plugins:
+        if p["distribution"] and p["distribution"].startswith("acme-"):
+            out[p["name"]] = {k: v for k, v in p.items() if not (drop_timing and k == "load_ms")}
+    return out
+
+
+def test_a_warm_listing_imports_no_plugin_and_prints_the_same(
+    site: Path, cache: Path, mark: Path
+) -> None:
+    gadget(site, mark)
+    _, first, _ = listing(site, cache)
+    assert mark.exists()
+    mark.unlink()
+    _, warm, _ = listing(site, cache)
+    assert not mark.exists(), "a warm listing imported the plugin"
+    assert mine(warm, drop_timing=False) == mine(first, drop_timing=False)
+    assert mine(warm)["gadget"]["handlers"][0]["fields"][0]["name"] == "level"
+    table = run_accelkw(["plugins", "list"], site=site, env={"XDG_CACHE_HOME": str(cache)})
+    assert not mark.exists()
+    assert "GadgetKwargs" in table.stdout and "acme-gadget" in table.stdout
+    _, refreshed, _ = listing(site, cache, "--refresh")
+    assert mark.exists(), "--refresh did not load the plugin"
+    assert mine(refreshed) == mine(warm)
+
+
+def test_a_removed_dependency_is_caught_because_every_distribution_is_in_the_key(
+    site: Path, cache: Path, mark: Path
+) -> None:
+    write_dist(site, "acme-dep", {}, {"acme_dep.py": "VALUE = 1\n"})
+    gadget(site, mark, requires_dep=True)
+    _, before, _ = listing(site, cache)
+    assert mine(before)["gadget"]["status"] == "loaded"
+    _, warm, _ = listing(site, cache)
+    assert mine(warm)["gadget"]["status"] == "loaded"
+    # `pip uninstall acme-dep`: its module and its dist-info go; the plugin's own files stay.
+    (site / "acme_dep.py").unlink()
+    shutil.rmtree(site / "acme_dep-1.0.0.dist-info")
+    code, after, stderr = listing(site, cache, "--strict")
+    gadget_now = mine(after)["gadget"]
+    assert gadget_now["status"] == "failed"
+    assert gadget_now["error"]["type"] == "ModuleNotFoundError"
+    assert "acme_dep" in gadget_now["error"]["message"]
+    assert code == 1 and "plugin 'gadget' failed" in stderr
+    # Kept as failed (with its reason and the --strict status) until something changes...
+    mark.unlink()
+    code, again, stderr = listing(site, cache, "--strict")
+    assert not mark.exists()
+    assert mine(again) == mine(after) and code == 1 and "plugin 'gadget' failed" in stderr
+    # ...such as the dependency coming back.
+    write_dist(site, "acme-dep", {}, {"acme_dep.py": "VALUE = 1\n"})
+    _, back, _ = listing(site, cache)
+    assert mark.exists() and mine(back)["gadget"]["status"] == "loaded"
+
+
+def test_editing_a_plugin_source_in_place_is_seen(site: Path, cache: Path, mark: Path) -> None:
+    gadget(site, mark)
+    listing(site, cache)
+    _, warm, _ = listing(site, cache)
+    assert [f["name"] for f in mine(warm)["gadget"]["handlers"][0]["fields"]] == ["level"]
+    # An editable install: the source changes, no dist-info does.
+    source = site / "acme_gadget.py"
+    text = source.read_text().replace(
+        'level: int = handler_field(1, doc="how much", ge=0)',
+        'level: int = handler_field(1, doc="how much", ge=0)\n'
+        '    depth: int = handler_field(2, doc="how deep", ge=0)',
+    )
+    source.write_text(text + "\n# edited\n")
+    _, edited, _ = listing(site, cache)
+    assert [f["name"] for f in mine(edited)["gadget"]["handlers"][0]["fields"]] == [
+        "level",
+        "depth",
+    ]
+
+
+def test_the_deny_list_is_part_of_the_key(site: Path, cache: Path, mark: Path) -> None:
+    gadget(site, mark)
+    listing(site, cache)
+    listing(site, cache)
+    _, denied, _ = listing(site, cache, ACCELKW_DISABLE_PLUGINS="gadget")
+    assert mine(denied)["gadget"]["status"] == "disabled"
+    _, again, _ = listing(site, cache)
+    assert mine(again)["gadget"]["status"] == "loaded"
+
+
+def test_an_unknown_name_in_the_allow_list_still_warns_from_the_kept_listing(
+    site: Path, cache: Path, mark: Path
+) -> None:
+    gadget(site, mark)
+    env = {"ACCELKW_PLUGINS": "gadget,gadgett"}
+    first = listing(site, cache, "--strict", **env)
+    mark.unlink()
+    warm = listing(site, cache, "--strict", **env)
+    assert not mark.exists()
+    assert first[0] == warm[0] == 1
+    assert "gadgett" in first[2] and first[2] == warm[2]
+
+
+def test_no_cache_stores_nothing(site: Path, cache: Path, mark: Path) -> None:
+    gadget(site, mark)
+    listing(site, cache, ACCELKW_NO_CACHE="1")
+    assert not list(cache.glob("accelkw/listing-*.json"))
+    listing(site, cache)
+    (kept,) = cache.glob("accelkw/listing-*.json")
+    assert "gadget" in json.dumps(json.loads(kept.read_text())["listing"])
+
+
+def test_a_table_listing_keeps_no_fields_so_json_loads_once_for_them(
+    site: Path, cache: Path, mark: Path
+) -> None:
+    gadget(site, mark)
+    env = {"XDG_CACHE_HOME": str(cache)}
+    run_accelkw(["plugins", "list"], site=site, env=env)
+    mark.unlink()
+    assert "GadgetKwargs" in run_accelkw(["plugins", "list"], site=site, env=env).stdout
+    assert not mark.exists()
+    _, first, _ = listing(site, cache)
+    assert mark.exists(), "--json answered without the fields a table listing leaves out"
+    assert mine(first)["gadget"]["handlers"][0]["fields"][0]["name"] == "level"
+    mark.unlink()
+    _, warm, _ = listing(site, cache)
+    assert not mark.exists() and mine(warm) == mine(first)
 
 
 # -- real pip install / upgrade / uninstall in a throwaway virtual environment ----------------
@@ -259,9 +440,16 @@ def test_pip_install_upgrade_and_uninstall_between_listings(tmp_path: Path) -> N
         text=True,
         check=True,
     ).stdout.strip()
-    # The throwaway venv sees accelkw-core and its dependencies without installing them.
+    # The throwaway venv sees accelkw-core and its dependencies without installing them; not the
+    # installed plugins, whose editable modules it could not import (and a listing with an entry
+    # point whose module is nowhere is never kept).
     core_root = Path(accelkw_core.__file__).resolve().parent.parent
-    deps = Path(pluggy.__file__).resolve().parent.parent
+    site_packages = Path(pluggy.__file__).resolve().parent.parent
+    deps = tmp_path / "deps"
+    deps.mkdir()
+    for item in site_packages.iterdir():
+        if not item.name.startswith(("accelkw", "__editable__")):
+            (deps / item.name).symlink_to(item)
     Path(purelib, "accelkw_test_paths.pth").write_text(f"{core_root}\n{deps}\n")
 
     env = {k: v for k, v in os.environ.items() if not k.startswith(("ACCELKW_", "PYTHON", "PIP_"))}
