@@ -20,7 +20,7 @@ _STDERR = "accelkw-stderr"
 
 def configure_from_env(env: Mapping[str, str] | None = None) -> None:
     """Apply ``ACCELKW_LOG_LEVEL``: a stderr handler at that level, added once per process."""
-    from accelkw_core.config.environment import env_log_level
+    from accelkw_core.facts.environment import env_log_level
 
     level = env_log_level(os.environ if env is None else env)
     if level is None:

@@ -8,8 +8,9 @@ from typing import Any
 import pytest
 
 from accelkw_core import AcceleratorState, ComposeError, HandlerApplyError, KwargsHandler
+from accelkw_core.config.selection import order_handlers, resolve_handlers
 from accelkw_core.plugin import hookimpl
-from accelkw_core.runtime.composition import compose, order_handlers, resolve_handlers
+from accelkw_core.runtime.composition import compose
 from accelkw_core.testing import plugin_of
 
 

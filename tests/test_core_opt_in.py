@@ -10,9 +10,9 @@ from typing import Any, ClassVar
 import pytest
 
 from accelkw_core import ComposeError
+from accelkw_core.config.selection import resolve_handlers
 from accelkw_core.config.settings import resolve_settings
 from accelkw_core.plugin import KwargsHandler, Plan, hookimpl
-from accelkw_core.runtime.composition import resolve_handlers
 from accelkw_core.testing import isolated_registry
 
 

@@ -20,6 +20,7 @@ import pytest
 import torch
 
 from accelkw_core import Accelerator, ComposeError
+from accelkw_core.config.selection import order_handlers
 from accelkw_core.discovery.catalog import BUILTINS
 from accelkw_core.plugin import (
     POINTS,
@@ -30,7 +31,7 @@ from accelkw_core.plugin import (
     handler_field,
     hookimpl,
 )
-from accelkw_core.runtime.composition import compose, order_handlers
+from accelkw_core.runtime.composition import compose
 from accelkw_core.testing import isolated_registry, make_state, plugin_of
 
 REPO = Path(__file__).resolve().parent.parent

@@ -75,7 +75,7 @@ def test_plan_json_reports_how_long_each_plan_took() -> None:
 
 
 def test_a_bad_level_names_the_variable() -> None:
-    from accelkw_core.config.environment import env_log_level
+    from accelkw_core.facts.environment import env_log_level
 
     with pytest.raises(ConfigError, match="did you mean 'INFO'"):
         env_log_level({"ACCELKW_LOG_LEVEL": "INF"})

@@ -30,7 +30,7 @@ from pathlib import Path
 from typing import Any
 
 from accelkw_core.errors import ConfigError, ConfigFileError, suggest
-from accelkw_core.runtime.state import MIXED_PRECISION_MODES
+from accelkw_core.facts.precision import MIXED_PRECISION_MODES
 
 __all__ = [
     "CONFIG_ENV",

@@ -66,7 +66,7 @@ class Snapshot:
 def cache_dir(env: Mapping[str, str] | None = None) -> str | None:
     """The folder of the cache file, or ``None`` when ``ACCELKW_NO_CACHE`` turns caching off."""
     env = os.environ if env is None else env
-    from accelkw_core.config.environment import env_flag
+    from accelkw_core.facts.environment import env_flag
 
     if env_flag(env, ENV_NO_CACHE, handler="plugins", field="no_cache"):
         return None

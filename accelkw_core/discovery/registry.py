@@ -14,7 +14,6 @@ from typing import Any
 
 import pluggy
 
-from accelkw_core.config.environment import env_flag
 from accelkw_core.discovery import compat, hookspecs
 from accelkw_core.discovery.default_registry import get_registry, set_registry
 from accelkw_core.discovery.entry_points import PluginEntryPoint, find_entry_points
@@ -36,6 +35,7 @@ from accelkw_core.errors import (
     UnknownHandlerError,
     suggest,
 )
+from accelkw_core.facts.environment import env_flag
 from accelkw_core.handlers.base import KwargsHandler
 
 __all__ = [

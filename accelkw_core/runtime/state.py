@@ -9,6 +9,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, NamedTuple
 
 from accelkw_core.errors import ConfigError, PointConflictError
+from accelkw_core.facts.precision import MIXED_PRECISION_MODES
 from accelkw_core.runtime.points import KEYED, ONE, POINTS, STACK
 
 if TYPE_CHECKING:
@@ -18,7 +19,6 @@ if TYPE_CHECKING:
 
 __all__ = ["MIXED_PRECISION_MODES", "AcceleratorState", "Contribution", "LogEntry"]
 
-MIXED_PRECISION_MODES = ("no", "fp16", "bf16")
 
 Teardown = Callable[[], None]
 
