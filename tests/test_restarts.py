@@ -1,0 +1,127 @@
+"""Runs that survive killed workers: ``accelkw launch --max-restarts`` and examples/resume/train.py.
+
+Workers are killed with SIGKILL at chosen moments (inside a save, between saves, just after one;
+see tests/restart_worker.py); torchrun restarts the worker group, the script resumes from its
+newest complete checkpoint, and the final weights must equal an uninterrupted run's, bit for
+bit. The example trains 3 epochs (18 steps on 2 processes, 36 on 1) and saves every 4 steps.
+
+The default run kills one 2-process run three times (once at each moment, so 3 restarts) and a
+1-process run once, inside a save; each 2-process moment alone is a ``slow`` case.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from accelkw_core.runtime.project import is_complete, numbered_checkpoints
+
+pytestmark = pytest.mark.multiprocess
+
+WORKER = Path(__file__).resolve().parent / "restart_worker.py"
+SAVE_EVERY = 4
+TIMEOUT = 240
+
+
+def launch(
+    tmp_path: Path, name: str, nproc: int, *options: str, faults: str = ""
+) -> tuple[subprocess.CompletedProcess[str], Path]:
+    """Run the example through ``accelkw launch`` in ``tmp_path/name``; the run and its folder."""
+    folder = tmp_path / name
+    folder.mkdir()
+    env = {
+        k: v
+        for k, v in os.environ.items()
+        if not k.startswith(("ACCELKW_", "RESTART_", "TORCHELASTIC_"))
+    }
+    if faults:
+        env.update(RESTART_FAULTS=faults, RESTART_MARKER=str(folder / "marker"))
+    command = [sys.executable, "-m", "accelkw_core", "launch", "--nproc-per-node", str(nproc)]
+    command += [*options, str(WORKER), "--project-dir", str(folder), "--out", str(folder / "final")]
+    run = subprocess.run(
+        [*command, "--cpu"],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=TIMEOUT,
+    )
+    assert run.returncode == 0, run.stderr[-3000:]
+    return run, folder
+
+
+def weights(folder: Path) -> dict[str, object]:
+    from safetensors.torch import load_file
+
+    return dict(load_file(folder / "final" / "model.safetensors"))
+
+
+def assert_bit_identical(folder: Path, reference: Path) -> None:
+    import torch
+
+    mine, theirs = weights(folder), weights(reference)
+    assert sorted(mine) == sorted(theirs)
+    for key, tensor in theirs.items():
+        assert torch.equal(mine[key], tensor), key  # type: ignore[arg-type]
+
+
+@pytest.fixture(autouse=True)
+def _slow_only_when_asked(request: pytest.FixtureRequest) -> None:
+    # The default run stays short: marked cases run only when -m names "slow".
+    if request.node.get_closest_marker("slow") and "slow" not in request.config.option.markexpr:
+        pytest.skip("slow: run with -m slow")
+
+
+@pytest.fixture(scope="module")
+def uninterrupted(tmp_path_factory: pytest.TempPathFactory) -> dict[int, Path]:
+    """The run nobody kills, on 2 processes and on 1: the weights to match."""
+    root = tmp_path_factory.mktemp("uninterrupted")
+    return {nproc: launch(root, f"nproc{nproc}", nproc)[1] for nproc in (2, 1)}
+
+
+def resumed_at(moment: str, step: int) -> int:
+    """The step a run killed there resumes at: that of the newest complete checkpoint."""
+    if moment == "save":  # the interrupted save never became a checkpoint
+        return step - SAVE_EVERY
+    return step // SAVE_EVERY * SAVE_EVERY
+
+
+@pytest.mark.parametrize(
+    ("nproc", "faults", "steps"),
+    [
+        pytest.param(2, "save:8:0,between:11:1,after:16:0", 18, id="2-three-moments"),
+        pytest.param(1, "save:8:0", 36, id="1-during-a-save"),
+        pytest.param(2, "save:8:0", 18, id="2-during-a-save", marks=pytest.mark.slow),
+        pytest.param(2, "between:11:1", 18, id="2-between-saves", marks=pytest.mark.slow),
+        pytest.param(2, "after:16:0", 18, id="2-just-after-a-save", marks=pytest.mark.slow),
+    ],
+)
+def test_killed_workers_are_restarted_and_the_run_ends_bit_identical(
+    tmp_path: Path, uninterrupted: dict[int, Path], nproc: int, faults: str, steps: int
+) -> None:
+    chosen = [fault.split(":") for fault in faults.split(",")]
+    restarts = len(chosen)
+    run, folder = launch(tmp_path, "run", nproc, "--max-restarts", str(restarts), faults=faults)
+    assert run.stderr.count("exitcode: -9") == restarts, run.stderr[-3000:]
+    assert "no checkpoint yet: starting fresh (restart 0)" in run.stdout
+    for attempt, (moment, step, _) in enumerate(chosen, start=1):
+        # Attempt i was killed at fault i, and attempt i + 1 resumed where it should.
+        marker = (folder / f"marker.{attempt - 1}").read_text()
+        assert f"resumed at step {resumed_at(moment, int(step))} (restart {attempt})" in run.stdout
+        if moment == "save":
+            # Killed with the weights, optimizer and scheduler in the temporary folder,
+            # before the manifest: the next save removed that folder, saying so.
+            written = marker.split()
+            assert {"model.safetensors", "optimizer.bin", "scheduler.bin"} <= set(written)
+            assert "accelkw_checkpoint.json" not in written
+            assert "left by a save that was interrupted" in run.stderr
+    assert f"done: {steps} steps" in run.stdout
+    # total_limit=2: the two newest checkpoints, complete, and nothing else.
+    checkpoints = folder / "checkpoints"
+    kept = numbered_checkpoints(checkpoints)
+    assert len(kept) == 2 and all(is_complete(path) for _, path in kept)
+    assert sorted(p.name for p in checkpoints.iterdir()) == [path.name for _, path in kept]
+    assert_bit_identical(folder, uninterrupted[nproc])
