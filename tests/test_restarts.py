@@ -125,3 +125,40 @@ def test_killed_workers_are_restarted_and_the_run_ends_bit_identical(
     assert len(kept) == 2 and all(is_complete(path) for _, path in kept)
     assert sorted(p.name for p in checkpoints.iterdir()) == [path.name for _, path in kept]
     assert_bit_identical(folder, uninterrupted[nproc])
+
+
+@pytest.mark.slow
+def test_two_machines_restart_together_through_a_c10d_rendezvous(
+    tmp_path: Path, uninterrupted: dict[int, Path]
+) -> None:
+    # Two launchers of one process each, as on two machines; the worker of the second is
+    # killed between saves. Both groups restart and the run ends as the 2-process one does.
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    options = ["--nnodes", "2", "--rdzv-backend", "c10d", "--rdzv-id", "job"]
+    options += ["--rdzv-endpoint", f"127.0.0.1:{port}", "--max-restarts", "3"]
+    folder = tmp_path / "run"
+    folder.mkdir()
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("ACCELKW_", "TORCHELASTIC_"))}
+    env.update(RESTART_FAULTS="between:11:1", RESTART_MARKER=str(folder / "marker"))
+    command = [sys.executable, "-m", "accelkw_core", "launch", "--nproc-per-node", "1"]
+    command += [*options, str(WORKER), "--project-dir", str(folder), "--out", str(folder / "final")]
+    nodes = [
+        subprocess.Popen(
+            [*command, "--cpu"], env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
+        )
+        for _ in range(2)
+    ]
+    try:
+        outputs = [node.communicate(timeout=TIMEOUT) for node in nodes]
+    finally:
+        for node in nodes:
+            node.kill()  # a launcher left running past the timeout (its workers die with it)
+    assert [node.returncode for node in nodes] == [0, 0], [err[-2000:] for _, err in outputs]
+    assert (folder / "marker.0").exists()
+    stdout = "".join(out for out, _ in outputs)
+    assert "resumed at step 8" in stdout and "done: 18 steps" in stdout
+    assert_bit_identical(folder, uninterrupted[2])
