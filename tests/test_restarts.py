@@ -105,7 +105,10 @@ def test_killed_workers_are_restarted_and_the_run_ends_bit_identical(
     chosen = [fault.split(":") for fault in faults.split(",")]
     restarts = len(chosen)
     run, folder = launch(tmp_path, "run", nproc, "--max-restarts", str(restarts), faults=faults)
-    assert run.stderr.count("exitcode: -9") == restarts, run.stderr[-3000:]
+    # Every attempt started once. (The kills are told by the markers, each written just before
+    # its kill: torchrun's report names the first failure by a timestamp in whole seconds, so
+    # it may name the survivor instead.)
+    assert run.stdout.count("(restart ") == restarts + 1, run.stdout
     assert "no checkpoint yet: starting fresh (restart 0)" in run.stdout
     for attempt, (moment, step, _) in enumerate(chosen, start=1):
         # Attempt i was killed at fault i, and attempt i + 1 resumed where it should.
