@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from accelkw_core.cli.launch_cmd import PASSTHROUGH, WORKER, build_command
+from accelkw_core.cli.launch_cmd import PASSTHROUGH, WORKER, build_command, restart_warning
 from accelkw_core.errors import ConfigFileError
 
 TIMEOUT = 180
@@ -105,6 +105,51 @@ def test_multi_node_options_pass_through_unchanged() -> None:
     # One node with an explicit port: nothing added.
     cmd, _ = build_command(launch_args(nproc_per_node="2", master_port="1234"), "t.py", [])
     assert "--master-addr" not in cmd and cmd[cmd.index("--master-port") + 1] == "1234"
+
+
+def test_restarts_on_one_machine_use_a_rendezvous_the_restarted_workers_can_meet_in() -> None:
+    # torchrun's static rendezvous serves every attempt from one store: the restarted workers
+    # would read the killed ones' addresses there. c10d on a free local port, and a store of
+    # the workers' own per attempt, let each attempt meet afresh.
+    cmd, env = build_command(launch_args(nproc_per_node="2", max_restarts="2"), "t.py", [], env={})
+    assert "--master-addr" not in cmd and "--master-port" not in cmd
+    assert cmd[cmd.index("--rdzv-backend") + 1] == "c10d"
+    host, _, port = cmd[cmd.index("--rdzv-endpoint") + 1].rpartition(":")
+    assert host == "127.0.0.1" and int(port) > 0
+    assert cmd[cmd.index("--local-addr") + 1] == "127.0.0.1"
+    assert cmd[cmd.index("--max-restarts") + 1] == "2"
+    assert env["TORCH_DISABLE_SHARE_RDZV_TCP_STORE"] == "1"
+    # One process with restarts runs under torchrun too (it restarts); a value the user set
+    # is kept; no restarts, nothing changes.
+    cmd, env = build_command(
+        launch_args(max_restarts="1"), "t.py", [], env={"TORCH_DISABLE_SHARE_RDZV_TCP_STORE": "0"}
+    )
+    assert "accelkw_core.cli.torchrun" in cmd and "--rdzv-endpoint" in cmd
+    assert env["TORCH_DISABLE_SHARE_RDZV_TCP_STORE"] == "0"
+    for restarts in (None, "0"):
+        given = launch_args(nproc_per_node="2", max_restarts=restarts)
+        cmd, env = build_command(given, "t.py", [], env={})
+        assert "--master-port" in cmd and "--rdzv-backend" not in cmd
+        assert "TORCH_DISABLE_SHARE_RDZV_TCP_STORE" not in env
+
+
+def test_restarts_with_the_static_rendezvous_are_warned_about() -> None:
+    static = [
+        dict(max_restarts="1", master_port="1234"),
+        dict(max_restarts="1", nnodes="2", node_rank="0", master_addr="10.0.0.1"),
+        dict(max_restarts="1", nnodes="2", rdzv_endpoint="head:29400"),
+    ]
+    for given in static:
+        warning = restart_warning(launch_args(nproc_per_node="2", **given))
+        assert warning and "--rdzv-backend c10d --rdzv-endpoint HOST:PORT" in warning, given
+    fine = [
+        dict(max_restarts="1"),
+        dict(max_restarts="0", master_port="1234"),
+        dict(max_restarts="1", nnodes="2", rdzv_backend="c10d", rdzv_endpoint="head:29400"),
+        dict(nnodes="2", node_rank="1", master_addr="10.0.0.1"),
+    ]
+    for given in fine:
+        assert restart_warning(launch_args(nproc_per_node="2", **given)) is None, given
 
 
 def test_the_config_is_checked_once_and_carried_as_an_absolute_path(
@@ -362,6 +407,28 @@ def test_a_config_error_in_the_workers_is_printed_once_without_a_traceback(
     one = accelkw("launch", "bad.py", cwd=tmp_path)  # a direct run: the same line
     assert one.returncode == 1
     assert one.stderr.splitlines() == [message]
+
+
+@pytest.mark.multiprocess
+def test_a_restarted_run_reports_only_the_errors_of_its_last_attempt(tmp_path: Path) -> None:
+    # Attempt 0 raises a ConfigError (left for the agent to print); attempt 1 fails otherwise.
+    # The launch exits with attempt 1's status, and attempt 0's message is not reported.
+    script(
+        tmp_path,
+        "flaky.py",
+        """
+        import os, sys
+        from accelkw_core import Accelerator
+        if os.environ["TORCHELASTIC_RESTART_COUNT"] == "0":
+            Accelerator(mixed_precision="fp17", cpu=True)
+        print(f"restart {os.environ['TORCHELASTIC_RESTART_COUNT']}")
+        sys.exit(3)
+        """,
+    )
+    out = accelkw("launch", "--max-restarts", "1", "flaky.py", cwd=tmp_path)
+    assert out.returncode == 3, out.stderr
+    assert out.stdout.splitlines() == ["restart 1"]
+    assert "fp17" not in out.stderr and "accelkw: error" not in out.stderr
 
 
 @pytest.mark.multiprocess

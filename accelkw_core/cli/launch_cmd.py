@@ -4,7 +4,8 @@ The engine is ``torch.distributed.run``; this command adds, before any worker st
 of its own options, of the script and of the effective configuration (one line and exit 1 for
 each fault, not a traceback per rank); the config, carried to every worker in
 ``ACCELKW_CONFIG``; a free local port for single-node runs; ``OMP_NUM_THREADS=1`` when unset, as
-torchrun would set it, without its banner; the first failed worker's exit status; and process
+torchrun would set it, without its banner; with ``--max-restarts``, a rendezvous whose restarted
+workers can meet again; the first failed worker's exit status; and process
 hygiene: signals forwarded, a Ctrl-C that stops everything within seconds, and workers that die
 with the launch even when it is killed with SIGKILL (see :func:`run_child` and
 :mod:`accelkw_core.cli.worker`).
@@ -28,6 +29,7 @@ __all__ = [
     "build_command",
     "check_launch_options",
     "cmd_launch",
+    "restart_warning",
     "run_child",
 ]
 
@@ -35,6 +37,8 @@ WORKER = "accelkw_core.cli.worker"
 # After a Ctrl-C is forwarded, how long the workers get to stop before everything is killed.
 INTERRUPT_GRACE_S = 3.0
 NPROC_WORDS = ("auto", "cpu", "gpu", "xpu")
+# torch's switch for a store of the workers' own, rather than the agent's (see build_command).
+UNSHARED_STORE_ENV = "TORCH_DISABLE_SHARE_RDZV_TCP_STORE"
 
 # Our option -> torchrun's option; each is passed through unchanged when given.
 PASSTHROUGH = {
@@ -47,6 +51,8 @@ PASSTHROUGH = {
     "master_port": "--master-port",
     "max_restarts": "--max-restarts",
 }
+# The options that choose the rendezvous; with none given, launch picks one (see build_command).
+RENDEZVOUS = ("rdzv_endpoint", "rdzv_backend", "rdzv_id", "master_addr", "master_port")
 
 
 def add_launch_options(parser: argparse.ArgumentParser) -> None:
@@ -64,7 +70,14 @@ def add_launch_options(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--rdzv-id", "--rdzv_id", help="rendezvous (job) id (torchrun)")
     parser.add_argument("--master-addr", "--master_addr", help="address of rank 0 (torchrun)")
     parser.add_argument("--master-port", "--master_port", help="port of rank 0 (torchrun)")
-    parser.add_argument("--max-restarts", "--max_restarts", help="worker group restarts")
+    parser.add_argument(
+        "--max-restarts",
+        "--max_restarts",
+        metavar="N",
+        help="when a worker fails, stop them all and start them again, up to N times "
+        "(torchrun's elastic restart; each attempt sees TORCHELASTIC_RESTART_COUNT=0, 1, ...); "
+        "the script resumes from its newest checkpoint",
+    )
     parser.add_argument("--config", help="config file for every worker (sets ACCELKW_CONFIG)")
 
 
@@ -74,7 +87,8 @@ def add_parser(sub: Any) -> None:
         help="run a training script on N processes (torchrun), carrying the config",
         description="Run SCRIPT through torch.distributed.run with the given processes per "
         "node; multi-node options pass through to torchrun. With one process and no other "
-        "option the script runs directly. Exits with the first failed worker's status.",
+        "option the script runs directly. Exits with the first failed worker's status. "
+        "With --max-restarts N a failed worker group is restarted up to N times.",
     )
     add_launch_options(launch)
     launch.add_argument(
@@ -118,7 +132,18 @@ def build_command(
     child_env.setdefault("OMP_NUM_THREADS", "1")
     cmd = [sys.executable, "-m", "accelkw_core.cli.torchrun", "--nproc-per-node", str(nproc)]
     single_node = given.get("nnodes") in (None, "1", "1:1") and "rdzv_endpoint" not in given
-    if single_node and "master_port" not in given:
+    restarts = _restarts(args)
+    if restarts:
+        # Each restarted worker group must meet in a store of its own: torchrun's workers
+        # otherwise share the agent's store across attempts, and the new group reads the
+        # addresses the killed one published there (gloo "Connection refused", NCCL the same;
+        # pytorch/pytorch#135712). Not sharing it, rank 0 of each attempt hosts a fresh one.
+        child_env.setdefault(UNSHARED_STORE_ENV, "1")
+    if single_node and restarts and not given.keys() & RENDEZVOUS:
+        # The static rendezvous keeps one store for every attempt even so; c10d's is per round.
+        endpoint = f"127.0.0.1:{_free_port()}"
+        cmd += ["--rdzv-backend", "c10d", "--rdzv-endpoint", endpoint, "--local-addr", "127.0.0.1"]
+    elif single_node and "master_port" not in given:
         # torchrun's fixed default port 29500 collides between concurrent runs on one machine.
         given.setdefault("master_addr", "127.0.0.1")
         given["master_port"] = str(_free_port())
@@ -126,6 +151,33 @@ def build_command(
         cmd += [PASSTHROUGH[key], str(value)]
     cmd += ["--module", WORKER, *target, *script_args]
     return cmd, child_env
+
+
+def _restarts(args: argparse.Namespace) -> int:
+    value = getattr(args, "max_restarts", None)
+    return int(str(value).strip()) if value else 0
+
+
+def restart_warning(args: argparse.Namespace) -> str | None:
+    """Why ``--max-restarts`` cannot restart the workers with the rendezvous ``args`` chose.
+
+    torchrun's static rendezvous (``--master-addr``/``--node-rank``, its default) serves every
+    attempt from one store, so a restarted group finds the killed one's addresses there and
+    fails to connect; a restarting run needs ``--rdzv-backend c10d``. ``None`` when fine.
+    """
+    if not _restarts(args):
+        return None
+    backend = getattr(args, "rdzv_backend", None)
+    user_rendezvous = any(getattr(args, key, None) for key in RENDEZVOUS)
+    multi_node = getattr(args, "nnodes", None) not in (None, "1", "1:1")
+    if (user_rendezvous or multi_node) and backend in (None, "static"):
+        return (
+            "--max-restarts with the static rendezvous (--master-addr/--master-port/--node-rank): "
+            "torchrun reuses one store for every attempt, so restarted workers fail to connect; "
+            "use --rdzv-backend c10d --rdzv-endpoint HOST:PORT (on one machine, leave the "
+            "rendezvous options out and accelkw launch picks it)"
+        )
+    return None
 
 
 def _bad(option: str, value: object, expected: str) -> ConfigError:
@@ -289,4 +341,7 @@ def cmd_launch(args: argparse.Namespace) -> int:
     from accelkw_core.config.settings import resolve_settings
 
     resolve_settings(config=env.get(CONFIG_ENV) or None, env=env)
+    warning = restart_warning(args)
+    if warning:
+        print(f"accelkw: warning: {warning}", file=sys.stderr)
     return run_child(cmd, env, direct="accelkw_core.cli.torchrun" not in cmd)

@@ -9,10 +9,12 @@ each worker, so that no worker outlives its launch and a configuration error rea
    ``Accelerator()``) is written to ``$ACCELKW_LAUNCH_ERRORS/rank<R>.txt`` instead of a traceback
    on every rank; the agent (:mod:`accelkw_core.cli.torchrun`) prints each distinct message once.
    Without that folder (a direct run) it is printed here, one line, and the exit status is 1.
+   A worker restarted by ``--max-restarts`` first removes what its rank left there before.
 """
 
 from __future__ import annotations
 
+import contextlib
 import os
 import runpy
 import sys
@@ -62,6 +64,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     target, args = words[0], words[1:]
     parent = os.environ.get(PARENT_ENV)
     die_with_parent(signal.SIGKILL, int(parent) if parent and parent.isdigit() else None)
+    _forget_earlier_error()
     from accelkw_core.errors import AccelkwError
 
     try:
@@ -72,12 +75,26 @@ def main(argv: Sequence[str] | None = None) -> int:
     return 0
 
 
-def _report(exc: BaseException) -> None:
+def _error_file() -> str | None:
     folder = os.environ.get(ERRORS_ENV)
-    text = f"{exc}".replace("\n", " ")
     if folder and os.path.isdir(folder):
-        rank = os.environ.get("RANK", "0")
-        path = os.path.join(folder, f"rank{rank}.txt")
+        return os.path.join(folder, f"rank{os.environ.get('RANK', '0')}.txt")
+    return None
+
+
+def _forget_earlier_error() -> None:
+    """Remove what this rank reported in an earlier attempt (``--max-restarts``): the agent
+    reports the errors of the attempt that ended the run, not of one that was restarted."""
+    path = _error_file()
+    if path is not None:
+        with contextlib.suppress(FileNotFoundError):
+            os.remove(path)
+
+
+def _report(exc: BaseException) -> None:
+    text = f"{exc}".replace("\n", " ")
+    path = _error_file()
+    if path is not None:
         tmp = f"{path}.{os.getpid()}.tmp"
         with open(tmp, "w", encoding="utf-8") as fh:
             fh.write(text)
