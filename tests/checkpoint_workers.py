@@ -148,3 +148,66 @@ def run(rank: int, run_dir: str, moment: str, victim: int = 0) -> None:
 if __name__ == "__main__":
     sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
     run(0, sys.argv[1], sys.argv[2])
+
+
+class Steps:
+    """The number of optimizer steps taken, saved with the run."""
+
+    def __init__(self) -> None:
+        self.n = 0
+
+    def state_dict(self) -> dict[str, int]:
+        return {"n": self.n}
+
+    def load_state_dict(self, state: dict[str, int]) -> None:
+        self.n = state["n"]
+
+
+def shuffled_run(rank: int, folder: str, stop_at: int | None, resume: bool) -> dict[str, Any]:
+    """Two epochs over a shuffled loader, as a resume recipe writes them.
+
+    ``stop_at``: save after that many steps and stop. ``resume``: load the checkpoint first,
+    then skip the batches of the current epoch that were already done. Returns the batches
+    seen after the start and the final weights.
+    """
+    import torch
+
+    from accelkw_core import Accelerator
+    from accelkw_core.testing import isolated_registry, plugin_of
+    from tests.runtime_helpers import GroupKwargs, SyncKwargs
+
+    world_size = int(os.environ.get("WORLD_SIZE", "1"))
+    acc = Accelerator(cpu=True, registry=isolated_registry([plugin_of(GroupKwargs, SyncKwargs)]))
+    torch.manual_seed(0)
+    data = torch.utils.data.TensorDataset(torch.arange(24, dtype=torch.float32).unsqueeze(1))
+    # One process: the user's generator; two: the one prepare gives (drawn from torch's).
+    generator = torch.Generator().manual_seed(5) if world_size == 1 else None
+    loader = torch.utils.data.DataLoader(data, batch_size=2, shuffle=True, generator=generator)
+    model = torch.nn.Linear(1, 1)
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.001)
+    model, optimizer, loader = acc.prepare(model, optimizer, loader)
+    steps = Steps()
+    acc.register_for_checkpointing(steps)
+    if resume:
+        acc.load_state(Path(folder) / "ckpt")
+    start_epoch, skip = divmod(steps.n, len(loader))
+    seen: list[list[float]] = []
+    for _ in range(start_epoch, 2):
+        for i, (x,) in enumerate(loader):
+            if skip and i < skip:
+                continue
+            seen.append(x.flatten().tolist())
+            loss = model(x).pow(2).mean()
+            acc.backward(loss)
+            optimizer.step()
+            optimizer.zero_grad()
+            steps.n += 1
+            if steps.n == stop_at:
+                acc.save_state(Path(folder) / "ckpt")
+                acc.end_training()
+                return {"seen": seen, "weights": None}
+        skip = 0
+    # Plain lists of floats (exact for float32): tensors would not outlive a worker process.
+    weights = [p.detach().flatten().tolist() for p in acc.unwrap_model(model).parameters()]
+    acc.end_training()
+    return {"seen": seen, "weights": weights}

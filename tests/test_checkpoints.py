@@ -461,3 +461,34 @@ def test_a_file_one_process_reads_damaged_stops_every_process_before_any_change(
     assert "random_states_1.pkl is truncated" in r1["error"]
     assert "process 1" in r0["error"] and "random_states_1.pkl" in r0["error"]
     assert r0["unchanged"] and r1["unchanged"]
+
+
+def _check_resumed_order(results: list[Any], stop_at: int, world_size: int) -> None:
+    whole, stopped, resumed = results
+    batches_per_epoch = 24 // 2 // world_size
+    assert len(stopped["seen"]) == stop_at and stop_at <= batches_per_epoch * 2
+    assert stopped["seen"] + resumed["seen"] == whole["seen"]
+    assert whole["weights"] == resumed["weights"]
+
+
+@pytest.mark.parametrize("stop_at", [4, 12], ids=["mid-epoch", "last-batch"])
+def test_a_shuffled_run_resumed_mid_epoch_sees_the_same_batches(
+    tmp_path: Path, stop_at: int
+) -> None:
+    results = [
+        workers.shuffled_run(0, str(tmp_path), None, False),
+        workers.shuffled_run(0, str(tmp_path), stop_at, False),
+        workers.shuffled_run(0, str(tmp_path), None, True),
+    ]
+    _check_resumed_order(results, stop_at, 1)
+
+
+@pytest.mark.multiprocess
+def test_two_processes_resumed_mid_epoch_see_the_same_batches(tmp_path: Path) -> None:
+    env = {"OMP_NUM_THREADS": "1"}
+    runs = [
+        run_workers(workers.shuffled_run, 2, args=(str(tmp_path), stop, resume), env=env)
+        for stop, resume in ((None, False), (2, False), (None, True))
+    ]
+    for rank in range(2):
+        _check_resumed_order([run[rank] for run in runs], 2, 2)

@@ -97,6 +97,9 @@ class PreparedDataLoader(DataLoader):  # type: ignore[misc]
         self.remainder = -1
         self._total_batch_size = total_batch_size
         self.synchronized_generator = synchronized_generator
+        # The shuffling generator's state when the current pass drew its order, so that a
+        # checkpoint taken mid-pass gives a resumed run the same order (see position()).
+        self._pass_state: Any = None
         if self.batch_size is None:
             # Built from a batch sampler: report its per-process batch size, as the user set it
             # (DataLoader refuses to set the attribute once built).
@@ -131,9 +134,47 @@ class PreparedDataLoader(DataLoader):  # type: ignore[misc]
         if self.progress is not None and self in self.progress.active:
             self.progress.active.remove(self)
 
+    @property
+    def shuffle_generator(self) -> Any:
+        """The generator a shuffling sampler draws each pass's order from, if it has one.
+
+        The one ``prepare`` gives a shuffling loader of a multi-process run, or the user's
+        (``DataLoader(..., generator=...)``). A sampler without one draws a fresh seed from
+        torch's global generator at each pass, which a checkpoint cannot tell apart later.
+        """
+        if self.synchronized_generator is not None:
+            return self.synchronized_generator
+        sampler = getattr(self.batch_sampler, "batch_sampler", self.batch_sampler)
+        inner = getattr(sampler, "sampler", None)
+        return getattr(inner, "generator", None) if isinstance(inner, RandomSampler) else None
+
+    def position(self) -> dict[str, Any]:
+        """What a checkpoint keeps of this loader: the epoch and its order generator's state.
+
+        Mid-pass, the state the pass drew its order from, and its epoch: a resumed run goes
+        through the same pass again and skips what it did. On the last batch of a pass, as if
+        the pass had ended: a resumed run starts the next one.
+        """
+        generator = self.shuffle_generator
+        active = self.progress is not None and self in self.progress.active
+        if active and not self.end_of_dataloader:
+            return {"epoch": self.epoch, "generator": self._pass_state}
+        state = generator.get_state() if generator is not None else None
+        return {"epoch": self.epoch + (1 if active else 0), "generator": state}
+
+    def resume_position(self, position: dict[str, Any]) -> None:
+        """Take back what :meth:`position` gave: the next pass draws the saved order."""
+        if hasattr(position, "get"):
+            self.epoch = int(position.get("epoch", self.epoch))
+            generator = self.shuffle_generator
+            if generator is not None and position.get("generator") is not None:
+                generator.set_state(position["generator"])
+
     def __iter__(self) -> Iterator[Any]:
         if self.synchronized_generator is not None:
             _synchronize(self.synchronized_generator)
+        generator = self.shuffle_generator
+        self._pass_state = generator.get_state() if generator is not None else None
         self.set_epoch(self.epoch)
         self._begin()
         device = self.device

@@ -2,7 +2,8 @@
 
 ``random_states_<rank>.pkl`` holds the step, Python's ``random.getstate()``, NumPy's
 ``np.random.get_state()`` (when NumPy is installed), torch's CPU and CUDA generator states and
-the data loaders' epochs and generators. The layout is Accelerate's, so either framework resumes
+each prepared data loader's position (its epoch and, mid-pass, the state its shuffling
+generator drew the pass's order from). The layout is Accelerate's, so either framework resumes
 from the other's file; it is read with ``weights_only=True`` and only NumPy's array types
 allowed, as Accelerate reads it.
 """
@@ -32,14 +33,7 @@ def random_states(data_loaders: Sequence[Any], step: int) -> dict[str, Any]:
     if torch.cuda.is_available():
         states["torch_cuda_manual_seed"] = torch.cuda.get_rng_state_all()
     states["data_loaders"] = [
-        {
-            "epoch": getattr(loader, "epoch", 0),
-            "generator": (
-                loader.synchronized_generator.get_state()
-                if getattr(loader, "synchronized_generator", None) is not None
-                else None
-            ),
-        }
+        loader.position() if hasattr(loader, "position") else {"epoch": 0, "generator": None}
         for loader in data_loaders
     ]
     return states
@@ -59,11 +53,8 @@ def set_random_states(states: dict[str, Any], data_loaders: Sequence[Any]) -> No
     if "torch_cuda_manual_seed" in states and torch.cuda.is_available():
         torch.cuda.set_rng_state_all(states["torch_cuda_manual_seed"])
     for loader, saved in zip(data_loaders, states.get("data_loaders", ()), strict=False):
-        if hasattr(loader, "epoch"):
-            loader.epoch = saved["epoch"]
-        generator = getattr(loader, "synchronized_generator", None)
-        if generator is not None and saved["generator"] is not None:
-            generator.set_state(saved["generator"])
+        if hasattr(loader, "resume_position"):
+            loader.resume_position(saved)
 
 
 @contextlib.contextmanager
