@@ -7,7 +7,18 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, ClassVar
 
-from accelkw_core.plugin import ConfigError, KwargsHandler, Plan, StepContext, handler_field
+from accelkw_core.plugin import (
+    AROUND_STEP,
+    ATTRIBUTE,
+    BACKWARD,
+    CHECKPOINT,
+    UNSCALE_GRADIENTS,
+    ConfigError,
+    KwargsHandler,
+    Plan,
+    StepContext,
+    handler_field,
+)
 
 if TYPE_CHECKING:
     from accelkw_core.plugin import AcceleratorState
@@ -93,20 +104,20 @@ class GradScalerKwargs(KwargsHandler):
         if state.mixed_precision != "fp16":
             return plan.note(text)
         scaler = self.build(state.device_type)
-        plan.contribute("backward", _ScaledBackward(scaler), text, provides=("loss_scaling",))
+        plan.contribute(BACKWARD, _ScaledBackward(scaler), text, provides=("loss_scaling",))
         plan.contribute(
-            "around_step",
+            AROUND_STEP,
             _ScaledStep(scaler),
             "optimizer steps go through scaler.step() (unscale; skip on inf/NaN) and "
             "scaler.update()",
         )
         plan.contribute(
-            "unscale_gradients",
+            UNSCALE_GRADIENTS,
             scaler.unscale_,
             "gradient clipping unscales first (scaler.unscale_(optimizer))",
         )
-        plan.contribute("checkpoint", scaler, "the scaler's state is saved with the run")
-        plan.contribute("attribute", scaler, "accelerator.scaler is this scaler", key="scaler")
+        plan.contribute(CHECKPOINT, scaler, "the scaler's state is saved with the run")
+        plan.contribute(ATTRIBUTE, scaler, "accelerator.scaler is this scaler", key="scaler")
         return plan
 
     def _plan(self, state: AcceleratorState) -> str:
