@@ -23,6 +23,7 @@ import torch
 from accelkw_core import Accelerator, ComposeError
 from accelkw_core.discovery.catalog import BUILTINS
 from accelkw_core.plugin import (
+    ACCUMULATION,
     AFTER_STEP,
     AROUND_STEP,
     ATTRIBUTE,
@@ -33,11 +34,10 @@ from accelkw_core.plugin import (
     LOSS,
     MODEL_WRAPPER,
     NO_SYNC,
-    ACCUMULATION,
     OPTIMIZER_WRAPPER,
     POINTS,
-    ExtensionPoint,
     PROFILER,
+    ExtensionPoint,
     KwargsHandler,
     Plan,
     PointConflictError,
@@ -282,10 +282,13 @@ def test_several_around_steps_nest_in_composition_order_set_by_before_and_after(
 def test_wrappers_follow_before_and_after_on_every_point_not_the_names() -> None:
     """The order at each order-sensitive point is the composition order, which follows the
     declared ``before``/``after``: swapping the declaration swaps the order, whatever the names."""
-    for first, second, declared in (("zeta", "alpha", {"before": ("alpha",)}), ("alpha", "zeta", {})):
+    for first, second, declared in (
+        ("zeta", "alpha", {"before": ("alpha",)}),
+        ("alpha", "zeta", {}),
+    ):
         seen: list[str] = []
 
-        def tagging(tag: str) -> Callable[[Any], Any]:
+        def tagging(tag: str, seen: list[str] = seen) -> Callable[[Any], Any]:
             def wrap(obj: Any) -> Any:
                 seen.append(tag)
                 return obj

@@ -17,7 +17,7 @@ mypy_api = pytest.importorskip("mypy.api")
 
 REPO = Path(__file__).resolve().parent.parent
 
-PLUGIN = '''
+PLUGIN = """
 from __future__ import annotations
 
 import contextlib
@@ -74,7 +74,7 @@ def read(state: AcceleratorState) -> torch.nn.Module:
     for wrap in state.values(MODEL_WRAPPER):
         model = wrap(model)
     return model
-'''
+"""
 
 
 def test_mypy_strict_rejects_a_wrong_contribution_and_accepts_the_right_ones(

@@ -214,6 +214,7 @@ def test_the_plan_matches_apply_and_planning_contributes_nothing() -> None:
         ("backward", None),
         ("around_step", None),
         ("unscale_gradients", None),
+        ("after_step", None),
         ("checkpoint", None),
         ("attribute", "scaler"),
     ]
