@@ -1,4 +1,4 @@
-"""``NanGuard``: sees every loss before backward and skips a step on every rank when any saw inf/NaN."""
+"""``LossGuard``: sees every loss before backward and skips a step on every rank when any saw inf/NaN."""
 
 from __future__ import annotations
 
@@ -13,7 +13,7 @@ if TYPE_CHECKING:
     from accelkw_core import Accelerator
     from accelkw_core.plugin import StepContext
 
-__all__ = ["NanGuard", "NonFiniteLossError", "nan_guard"]
+__all__ = ["LossGuard", "NonFiniteLossError", "loss_guard"]
 
 
 class NonFiniteLossError(AccelkwError):
@@ -22,13 +22,13 @@ class NonFiniteLossError(AccelkwError):
     def __init__(self, skipped: int, limit: int) -> None:
         self.skipped, self.limit = skipped, limit
         super().__init__(
-            f"nan_guard: {skipped} optimizer steps in a row had an inf/NaN loss on some rank "
+            f"loss_guard: {skipped} optimizer steps in a row had an inf/NaN loss on some rank "
             f"(max_consecutive_skips={limit}); look at the data and the learning rate, or "
             "raise the limit"
         )
 
 
-class NanGuard:
+class LossGuard:
     """The guard of one run: a ``loss`` contribution (it is called with each loss) and an
     ``around_step`` one (:meth:`around`).
 
@@ -81,14 +81,14 @@ class NanGuard:
 
     def __repr__(self) -> str:
         return (
-            f"NanGuard(losses_seen={self.losses_seen}, nonfinite_losses={self.nonfinite_losses}, "
+            f"LossGuard(losses_seen={self.losses_seen}, nonfinite_losses={self.nonfinite_losses}, "
             f"skipped_steps={self.skipped_steps})"
         )
 
 
-def nan_guard(accelerator: Accelerator) -> NanGuard | None:
+def loss_guard(accelerator: Accelerator) -> LossGuard | None:
     """The guard of ``accelerator``'s run, or ``None`` when the run has none (a typed accessor)."""
     for value in accelerator.state.values(LOSS):
-        if isinstance(value, NanGuard):
+        if isinstance(value, LossGuard):
             return value
     return None

@@ -23,7 +23,7 @@ def train(rank: int, clip: bool) -> dict[str, Any]:
     import accelkw_process_group.plugin
     import torch
     from accelkw_grad_scaler import GradScalerKwargs
-    from accelkw_nan_guard import NanGuardKwargs, nan_guard, plugin
+    from accelkw_loss_guard import LossGuardKwargs, loss_guard, plugin
 
     from accelkw_core import Accelerator
     from accelkw_core.plugin import AROUND_STEP
@@ -37,7 +37,7 @@ def train(rank: int, clip: bool) -> dict[str, Any]:
     )
     out: dict[str, Any] = {"losses": [], "seen": [], "skipped": [], "moved": [], "scale": []}
     # A scale small enough that no fp16 gradient overflows: every skip is the guard's.
-    handlers = [NanGuardKwargs(), GradScalerKwargs(init_scale=256.0)]
+    handlers = [LossGuardKwargs(), GradScalerKwargs(init_scale=256.0)]
     with Accelerator(
         mixed_precision="fp16", cpu=True, kwargs_handlers=handlers, registry=registry
     ) as acc:
@@ -45,7 +45,7 @@ def train(rank: int, clip: bool) -> dict[str, Any]:
         torch.manual_seed(0)
         model = torch.nn.Linear(4, 2)
         model, opt = acc.prepare(model, torch.optim.SGD(model.parameters(), lr=0.1))
-        guard = nan_guard(acc)
+        guard = loss_guard(acc)
         assert guard is not None
         for step in range(STEPS):
             x, y = data(rank, step)

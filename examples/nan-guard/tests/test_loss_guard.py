@@ -1,4 +1,4 @@
-"""NanGuardKwargs with real torch: it sees the loss (also under fp16) and skips on every rank.
+"""LossGuardKwargs with real torch: it sees the loss (also under fp16) and skips on every rank.
 
 The fp16 cases compose the built-ins accelkw-autocast and accelkw-grad-scaler; the two-process
 case also accelkw-process-group (a gloo group), without DDP, so each rank's gradients are its
@@ -15,12 +15,12 @@ from typing import Any, ClassVar
 
 import accelkw_autocast.plugin
 import accelkw_grad_scaler.plugin
-import nan_guard_workers as workers
+import loss_guard_workers as workers
 import pytest
 import torch
 from accelkw_grad_scaler import GradScalerKwargs
-from accelkw_nan_guard import NanGuard, NanGuardKwargs, nan_guard, plugin
-from accelkw_nan_guard.guard import NonFiniteLossError
+from accelkw_loss_guard import LossGuard, LossGuardKwargs, loss_guard, plugin
+from accelkw_loss_guard.guard import NonFiniteLossError
 
 from accelkw_core import Accelerator, ConfigError
 from accelkw_core.plugin import AROUND_STEP, LOSS
@@ -48,27 +48,27 @@ def accelerator(*handlers: Any, mixed_precision: str = "no") -> Accelerator:
 
 
 def test_the_plan_watches_the_loss_and_guards_the_step_outside_the_scaler() -> None:
-    plan = NanGuardKwargs().plan(make_state(mixed_precision="fp16"))
+    plan = LossGuardKwargs().plan(make_state(mixed_precision="fp16"))
     assert [s.point for s in plan.steps] == ["loss", "around_step"]
-    with accelerator(NanGuardKwargs(), mixed_precision="fp16") as acc:
+    with accelerator(LossGuardKwargs(), mixed_precision="fp16") as acc:
         # Composed before the scaler: its around_step is outermost, run on every step().
         assert [c.handler for c in acc.state.contributions(AROUND_STEP)] == [
-            "nan_guard",
+            "loss_guard",
             "grad_scaler",
         ]
-        assert isinstance(nan_guard(acc), NanGuard)
-        assert [type(v) for v in acc.state.values(LOSS)] == [NanGuard]
+        assert isinstance(loss_guard(acc), LossGuard)
+        assert [type(v) for v in acc.state.values(LOSS)] == [LossGuard]
     with accelerator() as acc:  # opt-in: installed, not asked for, nothing happens
-        assert nan_guard(acc) is None and acc.state.values(LOSS) == []
+        assert loss_guard(acc) is None and acc.state.values(LOSS) == []
 
 
 @pytest.mark.parametrize("mixed_precision", ["no", "fp16"])
 def test_a_non_finite_loss_skips_the_step_and_the_next_one_runs(mixed_precision: str) -> None:
-    with accelerator(NanGuardKwargs(), mixed_precision=mixed_precision) as acc:
+    with accelerator(LossGuardKwargs(), mixed_precision=mixed_precision) as acc:
         torch.manual_seed(0)
         model = torch.nn.Linear(4, 2)
         model, opt = acc.prepare(model, torch.optim.SGD(model.parameters(), lr=0.1))
-        guard = nan_guard(acc)
+        guard = loss_guard(acc)
         assert guard is not None
         x, y = torch.randn(8, 4), torch.randn(8, 2)
         for bad in (False, True, False):
@@ -80,7 +80,9 @@ def test_a_non_finite_loss_skips_the_step_and_the_next_one_runs(mixed_precision:
             acc.clip_grad_norm_(model.parameters(), 1.0)  # unscales under fp16
             opt.step()
             opt.zero_grad()
-            moved = not all(torch.equal(a, b) for a, b in zip(before, model.parameters(), strict=True))
+            moved = not all(
+                torch.equal(a, b) for a, b in zip(before, model.parameters(), strict=True)
+            )
             assert opt.step_was_skipped == bad and moved != bad
             # The guard saw the loss itself, before the scaler multiplied it.
             assert guard.last_loss is not None and guard.last_loss.dtype == torch.float32
@@ -90,7 +92,7 @@ def test_a_non_finite_loss_skips_the_step_and_the_next_one_runs(mixed_precision:
 
 
 def test_max_consecutive_skips_raises_naming_the_limit() -> None:
-    with accelerator(NanGuardKwargs(max_consecutive_skips=2)) as acc:
+    with accelerator(LossGuardKwargs(max_consecutive_skips=2)) as acc:
         model = torch.nn.Linear(1, 1)
         model, opt = acc.prepare(model, torch.optim.SGD(model.parameters(), lr=0.1))
         acc.backward(model(torch.ones(1, 1)).sum() * math.nan)
@@ -102,7 +104,7 @@ def test_max_consecutive_skips_raises_naming_the_limit() -> None:
 
 def test_invalid_value_names_the_field() -> None:
     with pytest.raises(ConfigError, match="max_consecutive_skips"):
-        NanGuardKwargs.from_mapping({"max_consecutive_skips": 0})
+        LossGuardKwargs.from_mapping({"max_consecutive_skips": 0})
 
 
 @pytest.mark.multiprocess
@@ -111,7 +113,7 @@ def test_two_ranks_under_fp16_skip_together_when_one_rank_sees_nan(clip: bool) -
     first, second = run_workers(workers.train, 2, args=(clip,), timeout=180)
     bad = workers.NAN_STEP
     for rank, out in enumerate((first, second)):
-        assert out["around_step"] == ["nan_guard", "grad_scaler"]
+        assert out["around_step"] == ["loss_guard", "grad_scaler"]
         # It saw every loss, as the script computed it (NaN on rank 0 at the bad step).
         assert all(map(workers.same_nan, out["seen"], out["losses"])), (rank, out)
         assert math.isnan(out["seen"][bad]) == (rank == workers.NAN_RANK)
@@ -124,8 +126,8 @@ def test_two_ranks_under_fp16_skip_together_when_one_rank_sees_nan(clip: bool) -
     assert second["scale"][bad] == second["scale"][bad - 1]
 
 
-class TestNanGuardContract(HandlerContract):
-    handler_class = NanGuardKwargs
-    plugin_module = "accelkw_nan_guard.plugin"
+class TestLossGuardContract(HandlerContract):
+    handler_class = LossGuardKwargs
+    plugin_module = "accelkw_loss_guard.plugin"
     examples: ClassVar = ({"max_consecutive_skips": 3},)
     pyproject = EXAMPLE / "pyproject.toml"

@@ -1,4 +1,4 @@
-"""``NanGuardKwargs``: skip the optimizer step on every rank when any rank's loss is inf or NaN."""
+"""``LossGuardKwargs``: skip the optimizer step on every rank when any rank's loss is inf or NaN."""
 
 from __future__ import annotations
 
@@ -6,16 +6,16 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, ClassVar
 
 from accelkw_core.plugin import AROUND_STEP, LOSS, KwargsHandler, Plan, handler_field
-from accelkw_nan_guard.guard import NanGuard
+from accelkw_loss_guard.guard import LossGuard
 
 if TYPE_CHECKING:
     from accelkw_core.plugin import AcceleratorState
 
-__all__ = ["NanGuardKwargs"]
+__all__ = ["LossGuardKwargs"]
 
 
 @dataclass
-class NanGuardKwargs(KwargsHandler):
+class LossGuardKwargs(KwargsHandler):
     """Skip an optimizer step on every rank when any rank's loss was inf or NaN.
 
     It contributes to the ``loss`` point, so it sees each loss in ``accelerator.backward``
@@ -24,20 +24,20 @@ class NanGuardKwargs(KwargsHandler):
     rank reaches it on every ``step()``. There the ranks agree with ``step.agree`` whether any of
     them saw a non-finite loss since the previous step, and if one did, all of them skip the
     step: the weights stay equal across ranks, and no rank waits in a collective another skipped.
-    :func:`~accelkw_nan_guard.nan_guard` gives the run's :class:`~accelkw_nan_guard.NanGuard`
+    :func:`~accelkw_loss_guard.loss_guard` gives the run's :class:`~accelkw_loss_guard.LossGuard`
     (its counters).
 
     Opt-in: installing the plugin changes nothing; a run asks for it (in code,
-    ``[handlers.nan_guard]`` or ``ACCELKW_NAN_GUARD__MAX_CONSECUTIVE_SKIPS=10``).
+    ``[handlers.loss_guard]`` or ``ACCELKW_LOSS_GUARD__MAX_CONSECUTIVE_SKIPS=10``).
 
     Example::
 
-        from accelkw_nan_guard import NanGuardKwargs
+        from accelkw_loss_guard import LossGuardKwargs
 
-        accelerator = Accelerator(mixed_precision="fp16", kwargs_handlers=[NanGuardKwargs()])
+        accelerator = Accelerator(mixed_precision="fp16", kwargs_handlers=[LossGuardKwargs()])
     """
 
-    name: ClassVar[str] = "nan_guard"
+    name: ClassVar[str] = "loss_guard"
     before: ClassVar[tuple[str, ...]] = ("grad_scaler", "grad_clip")
     opt_in: ClassVar[bool] = True
 
@@ -50,7 +50,7 @@ class NanGuardKwargs(KwargsHandler):
 
     def plan(self, state: AcceleratorState) -> Plan:
         """Watch the losses and guard each optimizer step."""
-        guard = NanGuard(self.max_consecutive_skips)
+        guard = LossGuard(self.max_consecutive_skips)
         plan = Plan(self.name)
         plan.contribute(
             LOSS, guard, "check every loss for inf/NaN before backward (and before loss scaling)"
