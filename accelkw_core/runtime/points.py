@@ -176,8 +176,8 @@ AROUND_STEP: ExtensionPoint[AroundStep] = ExtensionPoint(
     "``proceed()``, the step (and the inner contributions) inside it, code after it; not "
     "calling ``proceed()`` skips the step. Agree across ranks with ``step.agree(flag)``",
     "shared",
-    "every rank, every ``step()`` for the outermost; an inner one only where the outer ones "
-    "proceed, which a loss scaler decides on each rank alone",
+    "every rank, every optimizer step for the outermost; an inner one only where the outer "
+    "ones proceed, which a loss scaler decides on each rank alone",
 )
 AFTER_STEP: ExtensionPoint[AfterStep] = ExtensionPoint(
     "after_step",
@@ -186,7 +186,7 @@ AFTER_STEP: ExtensionPoint[AfterStep] = ExtensionPoint(
     "called after every optimizer step, in composition order (``step.skipped`` says whether "
     "the parameters changed)",
     "shared",
-    "every rank, every ``step()`` (skipped or not)",
+    "every rank, every optimizer step (skipped or not)",
 )
 UNSCALE_GRADIENTS: ExtensionPoint[Unscale] = ExtensionPoint(
     "unscale_gradients",
