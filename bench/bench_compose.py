@@ -34,7 +34,15 @@ from typing import Any
 from _timing import verdict
 
 from accelkw_core.discovery.registry import Registry
-from accelkw_core.plugin import KwargsHandler, handler_field, hookimpl
+from accelkw_core.plugin import (
+    AFTER_STEP,
+    AROUND_STEP,
+    FORWARD_CONTEXT,
+    FORWARD_OUTPUT,
+    KwargsHandler,
+    handler_field,
+    hookimpl,
+)
 from accelkw_core.runtime.composition import compose
 from accelkw_core.testing import isolated_registry, make_state
 
@@ -119,10 +127,10 @@ def point_handlers(count: int) -> list[type[KwargsHandler]]:
 
     def plan(self: KwargsHandler, state: Any) -> Plan:
         out = Plan(self.name)
-        out.contribute("forward_context", contextlib.nullcontext, "a no-op forward context")
-        out.contribute("forward_output", identity, "outputs unchanged")
-        out.contribute("around_step", around, "proceeds")
-        out.contribute("after_step", after, "nothing")
+        out.contribute(FORWARD_CONTEXT, contextlib.nullcontext, "a no-op forward context")
+        out.contribute(FORWARD_OUTPUT, identity, "outputs unchanged")
+        out.contribute(AROUND_STEP, around, "proceeds")
+        out.contribute(AFTER_STEP, after, "nothing")
         return out
 
     return [

@@ -74,6 +74,8 @@ LABELS = {
         "range": "Range",
         "point": "Point",
         "cardinality": "Cardinality",
+        "role": "Role",
+        "ranks": "Runs on",
         "contribution": "A contribution is",
         "used": "How the runtime uses it",
         "contributors": "Built-ins that contribute",
@@ -98,6 +100,8 @@ LABELS = {
         "range": "النطاق",
         "point": "نقطة التوسعة",
         "cardinality": "التعدد",
+        "role": "الدور",
+        "ranks": "أين تعمل",
         "contribution": "المساهمة",
         "used": "كيف يستخدمها وقت التشغيل",
         "contributors": "المعالجات المدمجة المساهمة",
@@ -388,21 +392,24 @@ def _builtin_links(names: list[str], link_prefix: str) -> str:
 
 
 def points_table(lang: str = "en", link_prefix: str = "handlers/") -> str:
-    """Every extension point of ``POINTS``: name, cardinality, contribution, use, built-ins."""
+    """Every extension point of ``POINTS``: name, cardinality, role, where it runs, what a
+    contribution is, how it is used, the built-ins that contribute."""
     from accelkw_core.runtime.points import POINTS
 
     labels = LABELS[lang]
     contributions = builtin_contributions()
     rows = [
-        f"| {labels['point']} | {labels['cardinality']} | {labels['contribution']} | "
-        f"{labels['used']} | {labels['contributors']} |",
-        "|---|---|---|---|---|",
+        f"| {labels['point']} | {labels['cardinality']} | {labels['role']} | {labels['ranks']} | "
+        f"{labels['contribution']} | {labels['used']} | {labels['contributors']} |",
+        "|---|---|---|---|---|---|---|",
     ]
     for point in POINTS.values():
         users = [name for name, (points, _) in contributions.items() if point.name in points]
         cells = (
             f"`{point.name}`",
             f"`{point.cardinality}`",
+            f"`{point.role}`",
+            _cell(rst_to_md(point.ranks)),
             _cell(rst_to_md(point.contribution)),
             _cell(rst_to_md(point.used)),
             _builtin_links(users, link_prefix) or labels["nobody"],

@@ -12,6 +12,8 @@ import os
 from collections.abc import Sequence
 from typing import Any
 
+from accelkw_core.plugin import AROUND_STEP
+
 LR, MOMENTUM = 0.1, 0.9
 INIT_SCALE = 1024.0
 MAX_NORM = 0.1
@@ -87,7 +89,7 @@ def composed_examples_worker(
         mixed_precision="fp16", cpu=True, kwargs_handlers=handlers, registry=registry
     ) as acc:
         out["handlers"] = list(acc.state.handlers)
-        out["around_step"] = [c.handler for c in acc.state.contributions("around_step")]
+        out["around_step"] = [c.handler for c in acc.state.contributions(AROUND_STEP)]
         model = _model()
         opt = torch.optim.SGD(model.parameters(), lr=LR, momentum=MOMENTUM)
         model, opt = acc.prepare(model, opt)

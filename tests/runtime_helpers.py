@@ -19,7 +19,19 @@ from typing import Any, ClassVar, Literal
 
 import pytest
 
-from accelkw_core.plugin import KwargsHandler, Plan, StepContext, handler_field, hookimpl
+from accelkw_core.plugin import (
+    AROUND_STEP,
+    ATTRIBUTE,
+    BACKWARD,
+    CHECKPOINT,
+    FORWARD_CONTEXT,
+    MODEL_WRAPPER,
+    KwargsHandler,
+    Plan,
+    StepContext,
+    handler_field,
+    hookimpl,
+)
 
 RUN_VARIABLES = (
     "RANK",
@@ -56,7 +68,7 @@ class CastKwargs(KwargsHandler):
 
     def plan(self, state: Any) -> Plan:
         return Plan(self.name).contribute(
-            "forward_context",
+            FORWARD_CONTEXT,
             functools.partial(self.context, state),
             f"autocast enabled={self.enabled}",
             provides=("mixed_precision",),
@@ -90,10 +102,10 @@ class ScaleKwargs(KwargsHandler):
             scaler.update()
             return result
 
-        plan.contribute("backward", backward, f"scaler init_scale={self.init_scale}")
-        plan.contribute("around_step", around, "steps unscaled, skipped on inf")
-        plan.contribute("attribute", scaler, "accelerator.scaler", key="scaler")
-        return plan.contribute("checkpoint", scaler, "scaler saved with the run")
+        plan.contribute(BACKWARD, backward, f"scaler init_scale={self.init_scale}")
+        plan.contribute(AROUND_STEP, around, "steps unscaled, skipped on inf")
+        plan.contribute(ATTRIBUTE, scaler, "accelerator.scaler", key="scaler")
+        return plan.contribute(CHECKPOINT, scaler, "scaler saved with the run")
 
 
 @dataclass
@@ -143,7 +155,7 @@ class SyncKwargs(KwargsHandler):
             )
 
         return Plan(self.name).contribute(
-            "model_wrapper", wrap, "models wrapped in DDP", provides=("gradient_sync",)
+            MODEL_WRAPPER, wrap, "models wrapped in DDP", provides=("gradient_sync",)
         )
 
 

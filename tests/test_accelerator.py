@@ -15,7 +15,7 @@ import runtime_helpers as rh
 
 from accelkw_core import Accelerator, AccelkwError, HandlerApplyError, KwargsHandler
 from accelkw_core.errors import MissingPluginWarning
-from accelkw_core.plugin import Plan
+from accelkw_core.plugin import MODEL_WRAPPER, PROFILER, Plan
 from accelkw_core.runtime.accelerator import NoProfiler
 from accelkw_core.testing import modules_loaded_by
 
@@ -83,8 +83,8 @@ def test_model_wrappers_apply_in_order_and_unwrap_returns_the_original() -> None
 
         return wrap
 
-    acc.state.contribute("model_wrapper", "first", wrapper("first"))
-    acc.state.contribute("model_wrapper", "second", wrapper("second"))
+    acc.state.contribute(MODEL_WRAPPER, "first", wrapper("first"))
+    acc.state.contribute(MODEL_WRAPPER, "second", wrapper("second"))
     model = torch.nn.Linear(2, 2)
     wrapped = acc.prepare(model)
     assert calls == ["first", "second"]
@@ -99,7 +99,7 @@ def test_a_failing_model_wrapper_names_its_handler() -> None:
     def broken(model):  # type: ignore[no-untyped-def]
         raise RuntimeError("no group")
 
-    acc.state.contribute("model_wrapper", "ddp", broken)
+    acc.state.contribute(MODEL_WRAPPER, "ddp", broken)
     with pytest.raises(AccelkwError, match=r"model_wrapper of handler 'ddp' failed: RuntimeError"):
         acc.prepare(torch.nn.Linear(1, 1))
 
@@ -185,9 +185,9 @@ def test_profile_uses_the_factory_or_the_handler_given() -> None:
         name: ClassVar[str] = "recorder"
 
         def plan(self, state: object) -> Plan:
-            return Plan(self.name).contribute("profiler", lambda: Recorder("handler"), "records")
+            return Plan(self.name).contribute(PROFILER, lambda: Recorder("handler"), "records")
 
-    acc.state.contribute("profiler", "configured", lambda: Recorder("factory"))
+    acc.state.contribute(PROFILER, "configured", lambda: Recorder("factory"))
     with acc.profile() as prof:
         prof.step()
     with acc.profile(profile_handler=Handler()):

@@ -12,7 +12,15 @@ import torch
 from safetensors.torch import load_file
 
 from accelkw_core import Accelerator, ConfigError
-from accelkw_core.plugin import KwargsHandler, Plan, StepContext
+from accelkw_core.plugin import (
+    AROUND_STEP,
+    ATTRIBUTE,
+    BACKWARD,
+    UNSCALE_GRADIENTS,
+    KwargsHandler,
+    Plan,
+    StepContext,
+)
 from accelkw_core.testing import isolated_registry, make_state, plugin_of
 from accelkw_core.utils import DistributedType
 
@@ -38,9 +46,9 @@ class Halving(KwargsHandler):
             return proceed() if step.index % 2 == 0 else None
 
         plan = Plan(self.name)
-        plan.contribute("backward", backward, "losses doubled")
-        plan.contribute("unscale_gradients", unscale, "gradients halved before clipping")
-        return plan.contribute("around_step", around, "odd steps skipped")
+        plan.contribute(BACKWARD, backward, "losses doubled")
+        plan.contribute(UNSCALE_GRADIENTS, unscale, "gradients halved before clipping")
+        return plan.contribute(AROUND_STEP, around, "odd steps skipped")
 
 
 def make(*classes: type[KwargsHandler]) -> Accelerator:
@@ -143,7 +151,7 @@ def test_distributed_type_follows_the_run_and_a_contribution() -> None:
         distributed_type(make_state(world_size=2, device_type="cuda")) is DistributedType.MULTI_GPU
     )
     state = make_state(world_size=2)
-    state.contribute("attribute", "sharding", "FSDP", key="distributed_type")
+    state.contribute(ATTRIBUTE, "sharding", "FSDP", key="distributed_type")
     assert distributed_type(state) is DistributedType.FSDP
 
 

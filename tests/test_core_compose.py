@@ -9,7 +9,7 @@ import pytest
 
 from accelkw_core import AcceleratorState, ComposeError, HandlerApplyError, KwargsHandler
 from accelkw_core.config.selection import order_handlers, resolve_handlers
-from accelkw_core.plugin import hookimpl
+from accelkw_core.plugin import MODEL_WRAPPER, hookimpl
 from accelkw_core.runtime.composition import compose
 from accelkw_core.testing import plugin_of
 
@@ -19,7 +19,7 @@ def handler(name: str, after: tuple[str, ...] = (), fail: bool = False) -> type[
         if fail:
             raise RuntimeError(f"{name} cannot apply")
         state.extras[name] = self.value
-        state.contribute("model_wrapper", name, lambda m: m)
+        state.contribute(MODEL_WRAPPER, name, lambda m: m)
         state.record(name, f"value {self.value}")
         state.add_teardown(name, lambda: state.extras.setdefault("undone", []).append(name))
 
@@ -135,9 +135,7 @@ def test_a_failing_apply_undoes_everything_before_it(fresh_registry: Any) -> Non
     assert (
         "handler 'gamma'" in str(err) and "gamma cannot apply" in str(err) and "undone" in str(err)
     )
-    assert (
-        state.contributions("model_wrapper") == [] and state.extras == {} and state.handlers == {}
-    )
+    assert state.contributions(MODEL_WRAPPER) == [] and state.extras == {} and state.handlers == {}
     assert undone == ["outside"]
     assert state.teardowns == []
 

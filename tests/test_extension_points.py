@@ -23,7 +23,21 @@ from accelkw_core import Accelerator, ComposeError
 from accelkw_core.config.selection import order_handlers
 from accelkw_core.discovery.catalog import BUILTINS
 from accelkw_core.plugin import (
+    ACCUMULATION,
+    AFTER_STEP,
+    AROUND_STEP,
+    ATTRIBUTE,
+    BACKWARD,
+    CHECKPOINT,
+    FORWARD_CONTEXT,
+    FORWARD_OUTPUT,
+    LOSS,
+    MODEL_WRAPPER,
+    NO_SYNC,
+    OPTIMIZER_WRAPPER,
     POINTS,
+    PROFILER,
+    ExtensionPoint,
     KwargsHandler,
     Plan,
     PointConflictError,
@@ -37,7 +51,9 @@ from accelkw_core.testing import isolated_registry, make_state, plugin_of
 REPO = Path(__file__).resolve().parent.parent
 
 
-def contributing(name: str, point: str, value: Any = None, **attrs: Any) -> type[KwargsHandler]:
+def contributing(
+    name: str, point: ExtensionPoint[Any], value: Any = None, **attrs: Any
+) -> type[KwargsHandler]:
     """A handler class named ``name`` that contributes ``value`` to ``point``."""
 
     def plan(self: Any, state: Any) -> Plan:
@@ -52,8 +68,8 @@ def contributing(name: str, point: str, value: Any = None, **attrs: Any) -> type
 
 
 def test_two_contributions_to_a_point_of_cardinality_one_fail_naming_both() -> None:
-    first = contributing("first_scaler", "backward", lambda loss, **kw: None)
-    second = contributing("second_scaler", "backward", lambda loss, **kw: None)
+    first = contributing("first_scaler", BACKWARD, lambda loss, **kw: None)
+    second = contributing("second_scaler", BACKWARD, lambda loss, **kw: None)
     registry = isolated_registry([plugin_of(first, second)])
     state = make_state()
     with pytest.raises(PointConflictError) as info:
@@ -63,32 +79,54 @@ def test_two_contributions_to_a_point_of_cardinality_one_fail_naming_both() -> N
     assert "'first_scaler'" in message and "'second_scaler'" in message
     assert "code passed directly, no distribution" in message  # both registered in code
     assert info.value.first[0] == "first_scaler" and info.value.second[0] == "second_scaler"
-    assert state.contributions("backward") == [] and state.handlers == {}  # rolled back
+    assert state.contributions(BACKWARD) == [] and state.handlers == {}  # rolled back
 
 
 def test_a_conflict_names_the_distributions_of_installed_handlers() -> None:
     state = make_state()
     state.distributions.update({"a": "dist-a", "b": "dist-b"})
-    state.contribute("profiler", "a", object())
+    state.contribute(PROFILER, "a", object())
     with pytest.raises(PointConflictError, match=r"'a' \(dist-a\) and 'b' \(dist-b\)"):
-        state.contribute("profiler", "b", object())
+        state.contribute(PROFILER, "b", object())
 
 
 def test_keyed_points_take_one_contribution_per_key() -> None:
     state = make_state()
-    state.contribute("attribute", "one", 1, key="scaler")
-    state.contribute("attribute", "two", 2, key="other")
-    state.contribute("checkpoint", "one", {"a": 1})
-    state.contribute("checkpoint", "two", {"b": 2})
-    assert state.keyed("attribute") == {"scaler": 1, "other": 2}
-    assert set(state.keyed("checkpoint")) == {"one", "two"}
+    state.contribute(ATTRIBUTE, "one", 1, key="scaler")
+    state.contribute(ATTRIBUTE, "two", 2, key="other")
+    state.contribute(CHECKPOINT, "one", {"a": 1})
+    state.contribute(CHECKPOINT, "two", {"b": 2})
+    assert state.keyed(ATTRIBUTE) == {"scaler": 1, "other": 2}
+    assert set(state.keyed(CHECKPOINT)) == {"one", "two"}
     with pytest.raises(PointConflictError, match="key 'scaler'"):
-        state.contribute("attribute", "three", 3, key="scaler")
+        state.contribute(ATTRIBUTE, "three", 3, key="scaler")
 
 
 def test_an_unknown_point_lists_the_points() -> None:
     with pytest.raises(ValueError, match=r"unknown extension point 'forward'.*forward_context"):
         make_state().contribute("forward", "x", None)
+
+
+def test_a_point_given_by_name_still_works_with_a_warning_naming_the_constant() -> None:
+    with pytest.warns(DeprecationWarning, match="from accelkw_core.plugin import MODEL_WRAPPER"):
+        plan = Plan("old").contribute("model_wrapper", lambda m: m, "old style")
+    with pytest.warns(DeprecationWarning, match="stop working in accelkw 0.4"):
+        Plan("old").contribute("around_step", lambda s, p: p(), "old style")
+    state = make_state()
+    plan.carry_out(state)
+    assert [c.handler for c in state.contributions(MODEL_WRAPPER)] == ["old"]
+    assert plan.steps[0].point == "model_wrapper"
+
+
+def test_the_points_are_typed_constants_exported_for_plugins() -> None:
+    import accelkw_core.plugin as tier
+
+    for point in POINTS.values():
+        assert getattr(tier, point.name.upper()) is point, point.name
+        assert point.role in ("precision", "distribution", "shared", "loop")
+        assert point.ranks
+    assert "data_loader_wrapper" not in POINTS  # nothing contributed to it: dropped
+    assert make_state().values(LOSS) == []
 
 
 def test_every_point_is_documented_with_a_cardinality() -> None:
@@ -125,12 +163,11 @@ class Tracer(KwargsHandler):
             return result
 
         plan = Plan(self.name)
-        plan.contribute("forward_context", Context, "a context around forwards")
-        plan.contribute("forward_output", lambda out: out * 2, "outputs doubled")
-        plan.contribute("optimizer_wrapper", lambda o: calls.append("wrap-opt") or o, "opt")
-        plan.contribute("data_loader_wrapper", lambda d: calls.append("wrap-loader") or d, "dl")
-        plan.contribute("around_step", around, "around the step")
-        plan.contribute("after_step", lambda s: calls.append(f"after:{s.index}"), "after")
+        plan.contribute(FORWARD_CONTEXT, Context, "a context around forwards")
+        plan.contribute(FORWARD_OUTPUT, lambda out: out * 2, "outputs doubled")
+        plan.contribute(OPTIMIZER_WRAPPER, lambda o: calls.append("wrap-opt") or o, "opt")
+        plan.contribute(AROUND_STEP, around, "around the step")
+        plan.contribute(AFTER_STEP, lambda s: calls.append(f"after:{s.index}"), "after")
         return plan
 
 
@@ -142,7 +179,7 @@ def test_the_runtime_reads_every_point_generically() -> None:
     torch.nn.init.ones_(model.weight)
     loader = torch.utils.data.DataLoader(torch.utils.data.TensorDataset(torch.ones(4, 2)))
     model, opt, loader = acc.prepare(model, torch.optim.SGD(model.parameters(), lr=0.1), loader)
-    assert calls == ["wrap-opt", "wrap-loader"]
+    assert calls == ["wrap-opt"]
     out = model(torch.ones(1, 2))
     assert out.item() == 4.0  # 2, doubled by the forward_output contribution
     assert calls[-2:] == ["t:enter", "t:exit"]
@@ -168,7 +205,7 @@ def test_an_around_step_that_does_not_proceed_skips_the_step() -> None:
     def skip(step: StepContext, proceed: Callable[[], Any]) -> None:
         return None
 
-    registry = isolated_registry([plugin_of(contributing("skipper", "around_step", skip))])
+    registry = isolated_registry([plugin_of(contributing("skipper", AROUND_STEP, skip))])
     acc = Accelerator(cpu=True, registry=registry)
     model = torch.nn.Linear(2, 1)
     model, opt = acc.prepare(model, torch.optim.SGD(model.parameters(), lr=1.0))
@@ -179,7 +216,47 @@ def test_an_around_step_that_does_not_proceed_skips_the_step() -> None:
     assert all(torch.equal(a, b) for a, b in zip(before, model.parameters(), strict=True))
 
 
-def test_several_around_steps_nest_in_composition_order() -> None:
+def test_loss_contributions_run_in_order_before_the_backward_contribution() -> None:
+    seen: list[str] = []
+
+    def observe(loss: torch.Tensor) -> torch.Tensor:
+        seen.append(f"observe {loss.item():g}")
+        return loss
+
+    def double(loss: torch.Tensor) -> torch.Tensor:
+        seen.append(f"double {loss.item():g}")
+        return loss * 2
+
+    def backward(loss: torch.Tensor, **kwargs: Any) -> None:
+        seen.append(f"backward {loss.item():g}")
+        loss.backward(**kwargs)
+
+    observer = contributing("observer", LOSS, observe)
+    doubler = contributing("doubler", LOSS, double, after=("observer",))
+    owner = contributing("owner", BACKWARD, backward)
+    registry = isolated_registry([plugin_of(doubler, observer, owner)])
+    acc = Accelerator(cpu=True, registry=registry)
+    model = torch.nn.Linear(1, 1, bias=False)
+    torch.nn.init.ones_(model.weight)
+    model = acc.prepare(model)
+    acc.backward(model(torch.full((1, 1), 3.0)).sum())
+    assert seen == ["observe 3", "double 3", "backward 6"]
+    assert model.weight.grad is not None and model.weight.grad.item() == 6.0
+
+
+def test_agree_is_the_flag_itself_on_one_process() -> None:
+    state = make_state()
+    step = StepContext(None, None, 0, state)
+    assert step.agree(True) is True and step.agree(False) is False
+    assert step.agree(True, how="all") is True
+    assert StepContext(None, None, 0).agree(True)  # a context built by hand: no run
+    with pytest.raises(ValueError, match="expected 'any' or 'all'"):
+        from accelkw_core.runtime.collectives import agree
+
+        agree(True, make_state(), "most")
+
+
+def test_several_around_steps_nest_in_composition_order_set_by_before_and_after() -> None:
     calls: list[str] = []
 
     def tracer(tag: str) -> Callable[[StepContext, Callable[[], Any]], Any]:
@@ -191,13 +268,39 @@ def test_several_around_steps_nest_in_composition_order() -> None:
 
         return around
 
-    outer = contributing("aa_outer", "around_step", tracer("outer"))
-    inner = contributing("zz_inner", "around_step", tracer("inner"))
+    # The names sort the other way: the declared order wins, not the alphabet.
+    outer = contributing("zz_outer", AROUND_STEP, tracer("outer"), before=("aa_inner",))
+    inner = contributing("aa_inner", AROUND_STEP, tracer("inner"))
     acc = Accelerator(cpu=True, registry=isolated_registry([plugin_of(inner, outer)]))
+    assert [c.handler for c in acc.state.contributions(AROUND_STEP)] == ["zz_outer", "aa_inner"]
     model = torch.nn.Linear(1, 1)
     _, opt = acc.prepare(model, torch.optim.SGD(model.parameters(), lr=0.1))
     opt.step()
     assert calls == ["outer>", "inner>", "<inner", "<outer"]
+
+
+def test_wrappers_follow_before_and_after_on_every_point_not_the_names() -> None:
+    """The order at each order-sensitive point is the composition order, which follows the
+    declared ``before``/``after``: swapping the declaration swaps the order, whatever the names."""
+    for first, second, declared in (
+        ("zeta", "alpha", {"before": ("alpha",)}),
+        ("alpha", "zeta", {}),
+    ):
+        seen: list[str] = []
+
+        def tagging(tag: str, seen: list[str] = seen) -> Callable[[Any], Any]:
+            def wrap(obj: Any) -> Any:
+                seen.append(tag)
+                return obj
+
+            return wrap
+
+        a = contributing(first, MODEL_WRAPPER, tagging(first), **declared)
+        b = contributing(second, MODEL_WRAPPER, tagging(second))
+        acc = Accelerator(cpu=True, registry=isolated_registry([plugin_of(b, a)]))
+        acc.prepare(torch.nn.Linear(1, 1))
+        assert seen == [first, second], declared
+        acc.end_training()
 
 
 def test_model_wrappers_nest_so_the_last_composed_is_outermost() -> None:
@@ -209,8 +312,8 @@ def test_model_wrappers_nest_so_the_last_composed_is_outermost() -> None:
         def forward(self, x: Any) -> Any:
             return self.module(x)
 
-    first = contributing("first", "model_wrapper", lambda m: Box(m, "first"))
-    second = contributing("second", "model_wrapper", lambda m: Box(m, "second"), after=("first",))
+    first = contributing("first", MODEL_WRAPPER, lambda m: Box(m, "first"))
+    second = contributing("second", MODEL_WRAPPER, lambda m: Box(m, "second"), after=("first",))
     acc = Accelerator(cpu=True, registry=isolated_registry([plugin_of(second, first)]))
     model = torch.nn.Linear(1, 1)
     wrapped = acc.prepare(model)
@@ -227,7 +330,7 @@ def test_empty_points_leave_the_optimizer_step_direct() -> None:
 
 def test_contributed_attributes_are_read_through_extras_not_attributes() -> None:
     marker = object()
-    registry = isolated_registry([plugin_of(contributing("exposer", "attribute", marker))])
+    registry = isolated_registry([plugin_of(contributing("exposer", ATTRIBUTE, marker))])
     acc = Accelerator(cpu=True, registry=registry)
     assert acc.extras["exposer"] is marker  # keyed by handler name when no key is given
     assert acc.extra("exposer", object) is marker
@@ -358,7 +461,7 @@ def test_state_ready_fires_only_for_plugins_whose_handlers_were_composed(tmp_pat
 
         return Plugin()
 
-    Loud = contributing("loud", "after_step", lambda s: None)
+    Loud = contributing("loud", AFTER_STEP, lambda s: None)
     registry = isolated_registry(
         [listening("quiet", Quiet), listening("loud", Loud), listening("logger", None)]
     )
@@ -374,7 +477,7 @@ def test_an_accelerator_never_ended_runs_its_teardowns_at_exit(tmp_path: Path) -
         from dataclasses import dataclass
         from typing import ClassVar
         from accelkw_core import Accelerator
-        from accelkw_core.plugin import KwargsHandler, Plan, hookimpl
+        from accelkw_core.plugin import TEARDOWN, KwargsHandler, Plan, hookimpl
         from accelkw_core.testing import isolated_registry
 
         @dataclass
@@ -383,7 +486,7 @@ def test_an_accelerator_never_ended_runs_its_teardowns_at_exit(tmp_path: Path) -
 
             def plan(self, state):
                 return Plan(self.name).contribute(
-                    "teardown", lambda: print("teardown ran", flush=True), "says goodbye"
+                    TEARDOWN, lambda: print("teardown ran", flush=True), "says goodbye"
                 )
 
         class P:
@@ -543,8 +646,8 @@ def test_the_accumulation_point_decides_which_micro_steps_sync_and_step() -> Non
         held.append("held")
         yield
 
-    policy = contributing("pairs", "accumulation", EverySecond())
-    holder = contributing("holder", "no_sync", suspend)
+    policy = contributing("pairs", ACCUMULATION, EverySecond())
+    holder = contributing("holder", NO_SYNC, suspend)
     acc = Accelerator(cpu=True, registry=isolated_registry([plugin_of(policy, holder)]))
     assert acc.gradient_accumulation_steps == 2
     model = torch.nn.Linear(1, 1, bias=False)

@@ -43,7 +43,7 @@ TRAIN = """
     if hasattr(accelerator, "get_state_dict"):
         state = accelerator.get_state_dict(model)
     else:
-        points = accelerator.state.values("model_state")
+        points = accelerator.state.values(MODEL_STATE)
         state = points[0].state_dict(model) if points else accelerator.unwrap_model(model).state_dict()
     if accelerator.is_main_process:
         torch.save({"state": state, "handlers": list(accelerator.state.handlers)}, sys.argv[1])

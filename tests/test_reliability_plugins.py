@@ -24,6 +24,7 @@ from typing import Any
 
 import pytest
 
+from accelkw_core.plugin import MODEL_WRAPPER
 from accelkw_core.testing import free_port, run_workers
 from tests.conftest import good_plugin, run_accelkw, run_python, write_dist
 
@@ -405,7 +406,7 @@ def group_then_explode(rank: int, site: str, second_port: int) -> dict[str, Any]
         "error": error,
         "compose_error": compose_error,
         "initialized": dist.is_initialized(),
-        "model_wrappers": len(state.contributions("model_wrapper")),
+        "model_wrappers": len(state.contributions(MODEL_WRAPPER)),
         "teardowns": len(state.teardowns),
         "handlers": list(state.handlers),
         "log": state.summary(),

@@ -7,11 +7,15 @@ what a user sees before a run is what the run does.
 
 from __future__ import annotations
 
+import warnings
 from collections.abc import Callable, Iterable
-from typing import TYPE_CHECKING, Any, NamedTuple
+from typing import TYPE_CHECKING, Any, NamedTuple, TypeVar, overload
 
 if TYPE_CHECKING:
+    from accelkw_core.runtime.points import ExtensionPoint
     from accelkw_core.runtime.state import AcceleratorState
+
+T = TypeVar("T")
 
 __all__ = ["Plan", "PlanStep"]
 
@@ -19,7 +23,8 @@ __all__ = ["Plan", "PlanStep"]
 class PlanStep(NamedTuple):
     """One step of a plan: a message and what carrying it out does.
 
-    ``point``/``value``/``key``: a contribution to an extension point; ``action``: a side
+    ``point``/``value``/``key``: a contribution to an extension point (``point`` is its name);
+    ``action``: a side
     effect run at apply time (creating a process group); neither: a note on why nothing happens.
     """
 
@@ -45,7 +50,10 @@ class Plan:
             plan = Plan(self.name)
             if state.world_size == 1:
                 return plan.note("world size 1: nothing to clip across processes")
-            return plan.contribute("around_step", self._clip, "clip gradients to max_norm 1.0")
+            return plan.contribute(AROUND_STEP, self._clip, "clip gradients to max_norm 1.0")
+
+    ``AROUND_STEP`` and the other points are constants of :mod:`accelkw_core.plugin`, each an
+    ``ExtensionPoint[T]``: ``mypy`` checks that a contribution is a ``T``.
     """
 
     __slots__ = ("handler", "steps")
@@ -54,6 +62,18 @@ class Plan:
         self.handler = handler
         self.steps: list[PlanStep] = []
 
+    @overload
+    def contribute(
+        self,
+        point: ExtensionPoint[T],
+        value: T,
+        message: str,
+        *,
+        key: str | None = None,
+        provides: Iterable[str] = (),
+    ) -> Plan: ...
+
+    @overload
     def contribute(
         self,
         point: str,
@@ -62,13 +82,41 @@ class Plan:
         *,
         key: str | None = None,
         provides: Iterable[str] = (),
+    ) -> Plan: ...
+
+    def contribute(
+        self,
+        point: ExtensionPoint[Any] | str,
+        value: Any,
+        message: str,
+        *,
+        key: str | None = None,
+        provides: Iterable[str] = (),
     ) -> Plan:
         """Contribute ``value`` to extension ``point`` when applied; ``message`` says what it does.
 
-        ``provides`` names capabilities this gives the run (``"gradient_sync"``), which the
-        runtime's gap checks ask for instead of handler names.
+        ``point`` is a constant of :mod:`accelkw_core.plugin` (``MODEL_WRAPPER``, ...), so the
+        type checker checks ``value``. A point's name (``"model_wrapper"``) still works until
+        0.4, with a ``DeprecationWarning`` naming the constant. ``key``: the key of a keyed
+        point (default: the handler's name). ``provides`` names capabilities this gives the
+        run (``"gradient_sync"``), which the runtime's gap checks ask for instead of handler
+        names.
         """
-        self.steps.append(PlanStep(message, point, value, key, None, tuple(provides)))
+        if isinstance(point, str):
+            from accelkw_core.runtime.points import POINTS, constant_name
+
+            if point in POINTS:
+                warnings.warn(
+                    f"plan.contribute({point!r}, ...) in handler {self.handler!r}: extension "
+                    f"points given by name are deprecated and stop working in accelkw 0.4; "
+                    f"use the constant: from accelkw_core.plugin import {constant_name(point)}",
+                    DeprecationWarning,
+                    stacklevel=2,
+                )
+            name = point
+        else:
+            name = point.name
+        self.steps.append(PlanStep(message, name, value, key, None, tuple(provides)))
         return self
 
     def run(

@@ -26,6 +26,14 @@ from accelkw_core.runtime.composition import compose
 from accelkw_core.runtime.forward import forward_contexts
 from accelkw_core.runtime.gaps import gaps_of_run, live_capabilities, warn_gaps
 from accelkw_core.runtime.keywords import handlers_from_keywords
+from accelkw_core.runtime.points import (
+    ATTRIBUTE,
+    BACKWARD,
+    FORWARD_CONTEXT,
+    LOSS,
+    PROFILER,
+    ExtensionPoint,
+)
 from accelkw_core.runtime.preparing import PreparingAPI
 from accelkw_core.runtime.project import ProjectConfiguration
 from accelkw_core.runtime.saving import CheckpointAPI, project_configuration
@@ -167,19 +175,19 @@ class Accelerator(PreparingAPI, AccumulationAPI, CheckpointAPI, AccelerateSurfac
         them for this block: its plan on this run's facts gives the contexts to enter.
         """
         if autocast_handler is None:
-            factories = self._values("forward_context")
+            factories = self._values(FORWARD_CONTEXT)
             if len(factories) == 1:  # the common case, kept to one call on a hot path
-                return factories[0]()  # type: ignore[no-any-return]
+                return factories[0]()
             return forward_contexts(factories)
-        return forward_contexts(self._override(autocast_handler, "forward_context", "autocast"))
+        return forward_contexts(self._override(autocast_handler, FORWARD_CONTEXT, "autocast"))
 
-    def _override(self, handler: Any, point: str, what: str) -> list[Any]:
+    def _override(self, handler: Any, point: ExtensionPoint[T], what: str) -> list[T]:
         from accelkw_core.handlers.base import KwargsHandler
 
         if not isinstance(handler, KwargsHandler):
             raise TypeError(
                 f"{what}: got {type(handler).__name__}, expected a handler instance that "
-                f"contributes to the {point!r} extension point"
+                f"contributes to the {point.name!r} extension point"
             )
         scratch = self.state.scratch()
         handler.plan(scratch).carry_out(scratch)
@@ -188,33 +196,37 @@ class Accelerator(PreparingAPI, AccumulationAPI, CheckpointAPI, AccelerateSurfac
     def backward(self, loss: Any, **kwargs: Any) -> None:
         """``loss.backward(**kwargs)``, or the ``backward`` contribution (loss scaling).
 
-        The loss is divided by :attr:`gradient_accumulation_steps` first, as in Accelerate.
+        The loss is divided by :attr:`gradient_accumulation_steps` first, as in Accelerate,
+        then passed through every ``loss`` contribution in composition order (observers and
+        transforms, on every rank), then backpropagated.
         """
         steps = self.gradient_state.num_steps
         if steps != 1:
             loss = loss / steps
-        contributed = self._values("backward")
+        for transform in self._values(LOSS):
+            loss = transform(loss)
+        contributed = self._values(BACKWARD)
         if contributed:
             contributed[0](loss, **kwargs)
         else:
             loss.backward(**kwargs)
 
-    def _values(self, point: str) -> tuple[Any, ...]:
+    def _values(self, point: ExtensionPoint[T]) -> tuple[T, ...]:
         # The hot paths (backward, autocast) read points once per state version, not per call.
         state = self.state
         cache: tuple[int, dict[str, tuple[Any, ...]]] | None = self.__dict__.get("_point_cache")
         if cache is None or cache[0] != state.version:
             cache = (state.version, {})
             self.__dict__["_point_cache"] = cache
-        values = cache[1].get(point)
+        values: tuple[T, ...] | None = cache[1].get(point.name)
         if values is None:
-            values = cache[1][point] = tuple(state.values(point))
+            values = cache[1][point.name] = tuple(state.values(point))
         return values
 
     @property
     def scaler(self) -> torch.amp.GradScaler | None:
         """The gradient scaler a handler contributes (Accelerate's ``accelerator.scaler``)."""
-        found: torch.amp.GradScaler | None = self.state.keyed("attribute").get("scaler")
+        found: torch.amp.GradScaler | None = self.state.keyed(ATTRIBUTE).get("scaler")
         return found
 
     @property
@@ -224,7 +236,7 @@ class Accelerator(PreparingAPI, AccumulationAPI, CheckpointAPI, AccelerateSurfac
         A plugin exports a typed accessor over it (``accelkw_ema.ema_of(accelerator)``), or
         code reads it with :meth:`extra`, so a type checker knows what it gets.
         """
-        return MappingProxyType(self.state.keyed("attribute"))
+        return MappingProxyType(self.state.keyed(ATTRIBUTE))
 
     def extra(self, name: str, kind: type[T]) -> T:
         """The object a handler contributed as ``name``, checked to be a ``kind``.
@@ -232,9 +244,9 @@ class Accelerator(PreparingAPI, AccumulationAPI, CheckpointAPI, AccelerateSurfac
         Raises :class:`~accelkw_core.errors.AccelkwError` naming the installed contributions
         when there is none of that name, and ``TypeError`` when it is not a ``kind``.
         """
-        found = self.state.keyed("attribute").get(name)
+        found = self.state.keyed(ATTRIBUTE).get(name)
         if found is None:
-            have = ", ".join(sorted(self.state.keyed("attribute"))) or "none"
+            have = ", ".join(sorted(self.state.keyed(ATTRIBUTE))) or "none"
             raise AccelkwError(
                 f"no handler of this run contributes {name!r} (contributed: {have}); "
                 "install and enable the plugin that provides it"
@@ -247,7 +259,7 @@ class Accelerator(PreparingAPI, AccumulationAPI, CheckpointAPI, AccelerateSurfac
 
     def _check_attributes(self) -> None:
         # A contribution named like a real attribute would be unreachable, or shadow it.
-        for contribution in self.state.contributions("attribute"):
+        for contribution in self.state.contributions(ATTRIBUTE):
             key = str(contribution.key)
             if key not in HANDLER_ATTRIBUTES and hasattr(type(self), key):
                 raise ComposeError(
@@ -263,9 +275,9 @@ class Accelerator(PreparingAPI, AccumulationAPI, CheckpointAPI, AccelerateSurfac
         configured the block runs unprofiled, with a warning, and ``step()`` does nothing.
         """
         if profile_handler is not None:
-            factories = self._override(profile_handler, "profiler", "profile")
+            factories = self._override(profile_handler, PROFILER, "profile")
         else:
-            factories = self.state.values("profiler")
+            factories = self.state.values(PROFILER)
         if factories:
             manager: AbstractContextManager[Any] = factories[0]()
         else:

@@ -18,6 +18,8 @@ from typing import TYPE_CHECKING, Any, Protocol
 
 from accelkw_core.discovery.catalog import provider_hint
 from accelkw_core.errors import ConfigError
+from accelkw_core.runtime.contributions import AccumulationPolicy
+from accelkw_core.runtime.points import ACCUMULATION, NO_SYNC
 
 if TYPE_CHECKING:
     from accelkw_core.runtime.state import AcceleratorState
@@ -29,26 +31,6 @@ __all__ = [
     "GradientState",
     "LoaderEnd",
 ]
-
-
-class AccumulationPolicy(Protocol):
-    """What a contribution to the ``accumulation`` point is.
-
-    ``num_steps``: micro-steps per optimizer step; ``accelerator.backward`` divides the loss by
-    it and ``accelerator.gradient_accumulation_steps`` reads (and sets) it.
-    ``adjust_scheduler``: whether a prepared scheduler's step count advances on micro-steps
-    that do not step the optimizer. ``sync_each_batch``: whether a distributed model
-    synchronises gradients on every micro-step anyway (less memory, more communication).
-    ``advance(step, end_of_dataloader)`` is called once per ``accelerator.accumulate()``
-    with the micro-step counter and whether the innermost prepared data loader is on its
-    last batch; it returns the new counter and whether this micro-step syncs and steps.
-    """
-
-    num_steps: int
-    adjust_scheduler: bool
-    sync_each_batch: bool
-
-    def advance(self, step: int, end_of_dataloader: bool) -> tuple[int, bool]: ...
 
 
 class AlwaysSync:
@@ -111,7 +93,7 @@ class GradientState:
     @classmethod
     def from_state(cls, state: AcceleratorState, loaders: Any = None) -> GradientState:
         """The gradient state of a run: its ``accumulation`` contribution, if any."""
-        contributed = state.values("accumulation")
+        contributed = state.values(ACCUMULATION)
         return cls(contributed[0] if contributed else None, loaders)
 
     @property
@@ -197,7 +179,7 @@ class AccumulationAPI:
             yield
 
     def _suspend(self, model: Any) -> AbstractContextManager[Any]:
-        contributed = self.state.values("no_sync")
+        contributed = self.state.values(NO_SYNC)
         if contributed:
             manager: AbstractContextManager[Any] = contributed[0](model)
             return manager

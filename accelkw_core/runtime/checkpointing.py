@@ -29,7 +29,9 @@ from typing import TYPE_CHECKING, Any
 from accelkw_core.errors import CheckpointError, CheckpointNotFoundError, CheckpointWarning
 from accelkw_core.runtime import durable
 from accelkw_core.runtime.checkpoint_io import CheckpointReader, CheckpointWriter
+from accelkw_core.runtime.contributions import CheckpointOwner
 from accelkw_core.runtime.manifest import MANIFEST, Manifest, read_manifest
+from accelkw_core.runtime.points import CHECKPOINT, MODEL_CHECKPOINT, MODEL_STATE
 from accelkw_core.runtime.project import is_complete
 from accelkw_core.runtime.random_states import random_states, set_random_states
 
@@ -88,7 +90,7 @@ def numbered(name: str, index: int) -> str:
 
 def model_state_dict(state: AcceleratorState, model: Any, unwrapped: Any) -> dict[str, Any]:
     """``model``'s weights through the ``model_state`` contribution, else ``unwrapped.state_dict()``."""
-    contributed = state.values("model_state")
+    contributed = state.values(MODEL_STATE)
     if contributed:
         return dict(contributed[0].state_dict(model))
     return dict(unwrapped.state_dict())
@@ -160,8 +162,8 @@ def _write_states(
     shared: bool,
 ) -> list[str]:
     """Write this process's part of the checkpoint; returns the handler keys saved."""
-    keyed = state.keyed("checkpoint")
-    store = state.values("model_checkpoint")
+    keyed = state.keyed(CHECKPOINT)
+    store = state.values(MODEL_CHECKPOINT)
     if store:
         store[0].save_checkpoint(writer, what.models, what.optimizers)
     if shared:
@@ -186,7 +188,7 @@ def _write_states(
                 owner=f"registered object {i} ({type(obj).__name__})",
             )
     for key, obj in keyed.items():
-        if hasattr(obj, "save_checkpoint"):
+        if isinstance(obj, CheckpointOwner):
             obj.save_checkpoint(writer)
         elif shared:
             writer.save(f"{key}.pt", obj.state_dict(), owner=f"handler {key!r}")
@@ -345,11 +347,11 @@ def _read_all(
     """Read and check everything; returns the steps that apply it, warnings, and the step."""
     steps: list[Apply] = []
     notes: list[str] = []
-    store = state.values("model_checkpoint")
+    store = state.values(MODEL_CHECKPOINT)
     if store:
         steps.append(store[0].read_checkpoint(reader, what.models, what.optimizers))
     else:
-        contributed = state.values("model_state")
+        contributed = state.values(MODEL_STATE)
         strict = bool(model_kwargs.get("strict", True))
         for i, model in enumerate(what.models):
             name, weights = _read_model(reader, i)
@@ -374,10 +376,10 @@ def _read_all(
             _bind(obj.load_state_dict, reader.load(f"custom_checkpoint_{i}.pkl", **load_kwargs))
         )
     saved_handlers = set(reader.manifest.handlers) if reader.manifest is not None else None
-    keyed = state.keyed("checkpoint")
+    keyed = state.keyed(CHECKPOINT)
     for key, obj in keyed.items():
         found: Apply | None = None
-        if hasattr(obj, "read_checkpoint"):
+        if isinstance(obj, CheckpointOwner):
             found = obj.read_checkpoint(reader)
         elif reader.has(f"{key}.pt"):
             found = _bind(obj.load_state_dict, reader.load(f"{key}.pt", **load_kwargs))

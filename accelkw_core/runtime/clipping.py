@@ -11,6 +11,8 @@ from __future__ import annotations
 from collections.abc import Iterable, Sequence
 from typing import TYPE_CHECKING, Any
 
+from accelkw_core.runtime.points import UNSCALE_GRADIENTS
+
 if TYPE_CHECKING:
     from accelkw_core.runtime.state import AcceleratorState
 
@@ -31,7 +33,7 @@ def unscale(state: AcceleratorState, optimizers: Sequence[Any]) -> None:
 
     Nothing happens when no handler scales losses.
     """
-    contributed = state.values("unscale_gradients")
+    contributed = state.values(UNSCALE_GRADIENTS)
     if not contributed:
         return
     for optimizer in optimizers:

@@ -12,7 +12,7 @@ from accelkw_core.discovery.catalog import provider_hint
 from accelkw_core.errors import AccelkwError
 from accelkw_core.runtime.state import AcceleratorState
 
-__all__ = ["REDUCTIONS", "barrier", "gather", "gather_objects", "has_group", "reduce"]
+__all__ = ["REDUCTIONS", "agree", "barrier", "gather", "gather_objects", "has_group", "reduce"]
 
 REDUCTIONS = ("sum", "mean")
 
@@ -80,6 +80,21 @@ def reduce(tensor: Any, reduction: str, state: AcceleratorState) -> Any:
     if reduction == "mean":
         out = out / state.world_size if not out.is_floating_point() else out.div_(state.world_size)
     return out
+
+
+def agree(flag: bool, state: AcceleratorState, how: str = "any") -> bool:
+    """``flag`` agreed by every process: whether it is true on any (``how="any"``) or on every
+    (``how="all"``) process. Every process must call it; with one process it is ``flag``."""
+    if how not in ("any", "all"):
+        raise ValueError(f"agree: got how={how!r}, expected 'any' or 'all'")
+    if not state.distributed:
+        return bool(flag)
+    import torch
+
+    dist = _group(state, "agree")
+    value = torch.tensor([1 if flag else 0], dtype=torch.int32, device=state.device)
+    dist.all_reduce(value, op=dist.ReduceOp.MAX if how == "any" else dist.ReduceOp.MIN)
+    return bool(value.item())
 
 
 def barrier(state: AcceleratorState) -> None:

@@ -12,12 +12,15 @@ from collections.abc import Callable, Iterator, Sequence
 from contextlib import AbstractContextManager
 from typing import TYPE_CHECKING, Any
 
+from accelkw_core.runtime.contributions import ForwardContext, OutputConverter
+from accelkw_core.runtime.points import FORWARD_CONTEXT, FORWARD_OUTPUT
+
 if TYPE_CHECKING:
     from accelkw_core.runtime.state import AcceleratorState
 
 __all__ = ["forward_contexts", "patch_forward", "unpatch_forward"]
 
-ContextFactory = Callable[[], AbstractContextManager[Any]]
+ContextFactory = ForwardContext
 _ORIGINAL = "_accelkw_original_forward"
 
 
@@ -41,7 +44,7 @@ def forward_contexts(factories: Sequence[ContextFactory]) -> AbstractContextMana
 def _wrapped_forward(
     forward: Callable[..., Any],
     factories: Sequence[ContextFactory],
-    outputs: Sequence[Callable[[Any], Any]],
+    outputs: Sequence[OutputConverter],
 ) -> Callable[..., Any]:
     if len(factories) == 1 and len(outputs) == 1:
         # The common case (mixed precision): one frame around the forward, as a hand-written
@@ -89,8 +92,8 @@ def patch_forward(model: Any, state: AcceleratorState) -> None:
     The original bound ``forward`` is kept, so :func:`unpatch_forward` restores it; a model
     patched before is patched again from its original, never twice over.
     """
-    factories = state.values("forward_context")
-    outputs = state.values("forward_output")
+    factories = state.values(FORWARD_CONTEXT)
+    outputs = state.values(FORWARD_OUTPUT)
     if not factories and not outputs:
         return
     original = model.__dict__.get(_ORIGINAL) or model.forward

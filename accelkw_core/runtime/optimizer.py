@@ -6,11 +6,14 @@ Imported by ``Accelerator.prepare`` only, so importing torch here costs nothing 
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import torch
 
 from accelkw_core.runtime.stepping import StepContext
+
+if TYPE_CHECKING:
+    from accelkw_core.runtime.state import AcceleratorState
 
 __all__ = ["AcceleratedOptimizer"]
 
@@ -31,11 +34,13 @@ class AcceleratedOptimizer(torch.optim.Optimizer):  # type: ignore[misc]
         optimizer: Any,
         chain: Callable[[StepContext], Any] | None = None,
         gradient_state: Any = None,
+        run: AcceleratorState | None = None,
     ) -> None:
         # No super().__init__: the wrapped optimizer owns the parameters and the state.
         self.optimizer = optimizer
         self._chain = chain
         self.gradient_state = gradient_state
+        self._run = run
         self._steps = 0
         self._skipped = False
 
@@ -84,7 +89,7 @@ class AcceleratedOptimizer(torch.optim.Optimizer):  # type: ignore[misc]
         chain = self._chain
         if chain is None:
             return self.optimizer.step(closure) if closure is not None else self.optimizer.step()
-        step = StepContext(self.optimizer, closure, self._steps)
+        step = StepContext(self.optimizer, closure, self._steps, self._run)
         self._steps += 1
         result = chain(step)
         self._skipped = step.skipped

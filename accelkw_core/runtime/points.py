@@ -1,9 +1,11 @@
-"""The extension points: where a handler takes part in a run, each with a declared cardinality.
+"""The extension points: where a handler takes part in a run, each typed and with a declared cardinality.
 
 A handler contributes to a point from its plan (:meth:`Plan.contribute
-<accelkw_core.handlers.plan.Plan.contribute>`); the runtime reads every point generically and
-knows no handler by name. The built-in handlers use these points and nothing else, exactly as a
-third party's handler does.
+<accelkw_core.handlers.plan.Plan.contribute>`) by its constant: ``plan.contribute(MODEL_WRAPPER,
+wrap, "...")``. Each constant is an ``ExtensionPoint[T]``, ``T`` the type of a contribution
+(:mod:`accelkw_core.runtime.contributions`), so ``mypy`` checks what a plugin contributes. The
+runtime reads every point generically and knows no handler by name. The built-in handlers use
+these points and nothing else, exactly as a third party's handler does.
 
 Cardinalities:
 
@@ -12,11 +14,38 @@ Cardinalities:
 - ``many``: every contribution, in composition order;
 - ``keyed``: one contribution per key (a second for the same key is a conflict);
 - ``stack``: run in reverse order of contribution (teardowns).
+
+Roles: the points of cardinality one belong to one owner each, grouped as Lightning groups
+them: the **precision** role (how numbers are computed: ``backward``, ``unscale_gradients``,
+with the shared ``forward_context`` and ``forward_output``) and the **distribution** role (how
+the model is spread over processes: ``no_sync``, ``model_state``, ``model_checkpoint``, with the
+shared ``model_wrapper`` and ``optimizer_wrapper``). The other points are ``shared`` (anyone
+adds to them) or belong to the ``loop`` (``accumulation``, ``profiler``).
 """
 
 from __future__ import annotations
 
-from typing import NamedTuple
+from dataclasses import dataclass
+from typing import Any, Generic, TypeVar
+
+from accelkw_core.runtime.contributions import (
+    AccumulationPolicy,
+    AfterStep,
+    AroundStep,
+    Backward,
+    CheckpointContribution,
+    ForwardContext,
+    LossTransform,
+    ModelCheckpoint,
+    ModelState,
+    ModelWrapper,
+    OptimizerWrapper,
+    OutputConverter,
+    ProfilerFactory,
+    SuspendSync,
+    Teardown,
+    Unscale,
+)
 
 __all__ = [
     "ACCUMULATION",
@@ -25,10 +54,11 @@ __all__ = [
     "ATTRIBUTE",
     "BACKWARD",
     "CHECKPOINT",
-    "DATA_LOADER_WRAPPER",
+    "EVERY_RANK",
     "FORWARD_CONTEXT",
     "FORWARD_OUTPUT",
     "KEYED",
+    "LOSS",
     "MANY",
     "MODEL_CHECKPOINT",
     "MODEL_STATE",
@@ -38,164 +68,232 @@ __all__ = [
     "OPTIMIZER_WRAPPER",
     "POINTS",
     "PROFILER",
+    "ROLES",
     "STACK",
     "TEARDOWN",
     "UNSCALE_GRADIENTS",
     "ExtensionPoint",
+    "constant_name",
 ]
 
 ONE, MANY, KEYED, STACK = "one", "many", "keyed", "stack"
+ROLES = ("precision", "distribution", "shared", "loop")
+EVERY_RANK = "every rank"
+
+# Contravariant, as for anything that takes values in: ``contribute(point: ExtensionPoint[T],
+# value: T)`` then solves T from the value and checks it against the point's type, so a
+# subtype (a class implementing a protocol) passes and anything else is an error. Covariant,
+# T would widen to ``object`` and accept anything; invariant, a subtype would be refused.
+T_contra = TypeVar("T_contra", contravariant=True)
 
 
-class ExtensionPoint(NamedTuple):
-    """One extension point: its name, cardinality, what a contribution is and how it is used."""
+@dataclass(frozen=True)
+class ExtensionPoint(Generic[T_contra]):
+    """One extension point; ``T`` is what a contribution is (checked by ``mypy``).
+
+    ``name``: the point's name (what ``accelkw plan`` prints); ``cardinality``: ``one``,
+    ``many``, ``keyed`` or ``stack``; ``contribution`` and ``used``: what a contribution is
+    and how the runtime uses it; ``role``: ``precision``, ``distribution``, ``shared`` or
+    ``loop``; ``ranks``: on which processes and when the runtime calls it.
+    """
 
     name: str
     cardinality: str
     contribution: str
     used: str
+    role: str = "shared"
+    ranks: str = EVERY_RANK
+
+    def __str__(self) -> str:
+        return self.name
 
 
-FORWARD_CONTEXT = ExtensionPoint(
+def constant_name(point: ExtensionPoint[Any] | str) -> str:
+    """The constant of ``accelkw_core.plugin`` a point is (``"model_wrapper"`` -> ``MODEL_WRAPPER``)."""
+    return str(point).upper()
+
+
+FORWARD_CONTEXT: ExtensionPoint[ForwardContext] = ExtensionPoint(
     "forward_context",
     MANY,
-    "a zero-argument callable returning a context manager",
+    "a zero-argument callable returning a context manager (``ForwardContext``)",
     "entered around every forward of a prepared model and by ``accelerator.autocast()``; the "
     "first contribution is the outermost context",
+    "shared",
+    "every rank, every forward",
 )
-FORWARD_OUTPUT = ExtensionPoint(
+FORWARD_OUTPUT: ExtensionPoint[OutputConverter] = ExtensionPoint(
     "forward_output",
     MANY,
-    "a callable ``convert(outputs) -> outputs``",
+    "a callable ``convert(outputs) -> outputs`` (``OutputConverter``)",
     "applied in order to what every forward of a prepared model returns, outside the forward "
     "contexts (mixed precision converts outputs back to fp32)",
+    "precision",
+    "every rank, every forward",
 )
-MODEL_WRAPPER = ExtensionPoint(
+MODEL_WRAPPER: ExtensionPoint[ModelWrapper] = ExtensionPoint(
     "model_wrapper",
     MANY,
-    "a callable ``wrap(model) -> model``",
+    "a callable ``wrap(model) -> model`` (``ModelWrapper``)",
     "applied by ``prepare`` in composition order, after the model moved to the device: the "
     "wrapper of the handler composed last ends up outermost",
+    "shared",
+    "every rank, in ``prepare``",
 )
-OPTIMIZER_WRAPPER = ExtensionPoint(
+OPTIMIZER_WRAPPER: ExtensionPoint[OptimizerWrapper] = ExtensionPoint(
     "optimizer_wrapper",
     MANY,
-    "a callable ``wrap(optimizer) -> optimizer``",
+    "a callable ``wrap(optimizer) -> optimizer`` (``OptimizerWrapper``)",
     "applied by ``prepare`` in composition order, before the runtime's own optimizer wrapper",
+    "distribution",
+    "every rank, in ``prepare``",
 )
-DATA_LOADER_WRAPPER = ExtensionPoint(
-    "data_loader_wrapper",
+LOSS: ExtensionPoint[LossTransform] = ExtensionPoint(
+    "loss",
     MANY,
-    "a callable ``wrap(loader) -> loader``",
-    "applied by ``prepare`` in composition order, after the runtime's default sharding",
+    "a callable ``transform(loss) -> loss`` (``LossTransform``); return the loss unchanged to "
+    "only observe it",
+    "applied in composition order by ``accelerator.backward(loss)`` to the loss it will "
+    "backpropagate (already divided by ``gradient_accumulation_steps``), before the "
+    "``backward`` contribution: under fp16 it sees the loss before the scaler scales it",
+    "shared",
+    "every rank, every ``backward`` call (each micro-step)",
 )
-BACKWARD = ExtensionPoint(
+BACKWARD: ExtensionPoint[Backward] = ExtensionPoint(
     "backward",
     ONE,
-    "a callable ``backward(loss, **kwargs)``",
-    "what ``accelerator.backward(loss)`` runs instead of ``loss.backward()``",
+    "a callable ``backward(loss, **kwargs)`` (``Backward``)",
+    "what ``accelerator.backward(loss)`` runs instead of ``loss.backward()``, after the "
+    "``loss`` contributions",
+    "precision",
+    "every rank, every ``backward`` call",
 )
-AROUND_STEP = ExtensionPoint(
+AROUND_STEP: ExtensionPoint[AroundStep] = ExtensionPoint(
     "around_step",
     MANY,
-    "a callable ``around(step: StepContext, proceed) -> result``",
+    "a callable ``around(step: StepContext, proceed) -> result`` (``AroundStep``)",
     "nested around every optimizer step, the first contribution outermost: code before "
     "``proceed()``, the step (and the inner contributions) inside it, code after it; not "
-    "calling ``proceed()`` skips the step",
+    "calling ``proceed()`` skips the step. Agree across ranks with ``step.agree(flag)``",
+    "shared",
+    "every rank, every optimizer step for the outermost; an inner one only where the outer "
+    "ones proceed, which a loss scaler decides on each rank alone",
 )
-AFTER_STEP = ExtensionPoint(
+AFTER_STEP: ExtensionPoint[AfterStep] = ExtensionPoint(
     "after_step",
     MANY,
-    "a callable ``after(step: StepContext) -> None``",
+    "a callable ``after(step: StepContext) -> None`` (``AfterStep``)",
     "called after every optimizer step, in composition order (``step.skipped`` says whether "
     "the parameters changed)",
+    "shared",
+    "every rank, every optimizer step (skipped or not)",
 )
-UNSCALE_GRADIENTS = ExtensionPoint(
+UNSCALE_GRADIENTS: ExtensionPoint[Unscale] = ExtensionPoint(
     "unscale_gradients",
     ONE,
-    "a callable ``unscale(optimizer)``",
+    "a callable ``unscale(optimizer)`` (``Unscale``)",
     "called for every prepared optimizer (the optimizer its step chain sees) by "
     "``clip_grad_norm_``, ``clip_grad_value_`` and ``unscale_gradients`` before gradients are "
     "read, so they hold their true values; the handler that scales losses contributes it",
+    "precision",
+    "the ranks that clip or unscale (every rank in a usual loop)",
 )
-NO_SYNC = ExtensionPoint(
+NO_SYNC: ExtensionPoint[SuspendSync] = ExtensionPoint(
     "no_sync",
     ONE,
-    "a callable ``suspend(model) -> context manager``",
+    "a callable ``suspend(model) -> context manager`` (``SuspendSync``)",
     "entered by ``accelerator.no_sync(model)`` (and on the micro-steps of gradient "
     "accumulation) to hold back gradient synchronisation; without a contribution the model's "
     "own ``no_sync()`` is used when it has one, as in Accelerate",
+    "distribution",
+    "every rank, every micro-step that holds back",
 )
-ACCUMULATION = ExtensionPoint(
+ACCUMULATION: ExtensionPoint[AccumulationPolicy] = ExtensionPoint(
     "accumulation",
     ONE,
     "an object with ``num_steps``, ``adjust_scheduler``, ``sync_each_batch`` and "
-    "``advance(step, end_of_dataloader) -> (step, sync)`` "
-    "(:class:`~accelkw_core.runtime.accumulation.AccumulationPolicy`)",
+    "``advance(step, end_of_dataloader) -> (step, sync)`` (``AccumulationPolicy``)",
     "asked by ``accelerator.accumulate()`` on every micro-step whether it ends in a gradient "
     "sync and an optimizer step; ``num_steps`` divides the loss in ``backward``; without a "
     "contribution every micro-step syncs",
+    "loop",
+    "every rank, every ``accumulate()``",
 )
-MODEL_STATE = ExtensionPoint(
+MODEL_STATE: ExtensionPoint[ModelState] = ExtensionPoint(
     "model_state",
     ONE,
-    "an object with ``state_dict(model) -> dict`` and ``load_state_dict(model, state)``",
+    "an object with ``state_dict(model) -> dict`` and ``load_state_dict(model, state)`` "
+    "(``ModelState``)",
     "how ``get_state_dict``, ``save_state``/``load_state`` and ``save_model`` read and write a "
     "prepared model's weights (a sharded model gathers them); without one, the unwrapped "
     "model's own ``state_dict()``",
+    "distribution",
+    "every rank that calls ``get_state_dict``/``save_model`` (all of them for a sharded model)",
 )
-MODEL_CHECKPOINT = ExtensionPoint(
+MODEL_CHECKPOINT: ExtensionPoint[ModelCheckpoint] = ExtensionPoint(
     "model_checkpoint",
     ONE,
     "an object with ``save_checkpoint(writer, models, optimizers)`` and "
-    "``read_checkpoint(reader, models, optimizers) -> apply`` (a zero-argument callable)",
+    "``read_checkpoint(reader, models, optimizers) -> apply`` (``ModelCheckpoint``)",
     "owns how ``save_state``/``load_state`` write and read the prepared models' and "
-    "optimizers' state, on every process (sharded training writes each rank's shards with "
+    "optimizers' state (sharded training writes each rank's shards with "
     "``torch.distributed.checkpoint``); ``read_checkpoint`` reads and checks everything and "
     "returns the step that applies it, so a damaged checkpoint changes nothing; without a "
     "contribution the main process writes Accelerate's ``model.safetensors`` and "
     "``optimizer.bin``",
+    "distribution",
+    "every rank, in ``save_state``/``load_state``",
 )
-PROFILER = ExtensionPoint(
+PROFILER: ExtensionPoint[ProfilerFactory] = ExtensionPoint(
     "profiler",
     ONE,
-    "a zero-argument callable returning a context manager that yields a profiler",
+    "a zero-argument callable returning a context manager that yields a profiler "
+    "(``ProfilerFactory``)",
     "what ``accelerator.profile()`` enters",
+    "loop",
+    "every rank that enters ``profile()``",
 )
-CHECKPOINT = ExtensionPoint(
+CHECKPOINT: ExtensionPoint[CheckpointContribution] = ExtensionPoint(
     "checkpoint",
     KEYED,
-    "an object with ``state_dict()`` and ``load_state_dict(state)`` (the main process saves "
-    "it as ``<key>.pt``), or one that owns its files: ``save_checkpoint(writer)`` on every "
-    "process and ``read_checkpoint(reader) -> apply | None``",
+    "an object with ``state_dict()`` and ``load_state_dict(state)`` (``Stateful``: the main "
+    "process saves it as ``<key>.pt``), or one that owns its files (``CheckpointOwner``): "
+    "``save_checkpoint(writer)`` and ``read_checkpoint(reader) -> apply | None``",
     "saved and loaded with the run by ``save_state``/``load_state``, keyed by handler name; "
     "state must load with ``torch.load(weights_only=True)`` (checked at save time); a handler "
     "with no state in a checkpoint (``None`` from ``read_checkpoint``, or no ``<key>.pt``) "
     "starts fresh with a warning",
+    "shared",
+    "every rank for an owner's ``save_checkpoint``/``read_checkpoint``; the main process "
+    "for ``state_dict()``, every rank for ``load_state_dict``",
 )
-ATTRIBUTE = ExtensionPoint(
+ATTRIBUTE: ExtensionPoint[object] = ExtensionPoint(
     "attribute",
     KEYED,
     "any object, keyed by an attribute name of ``Accelerator``",
     "read with ``accelerator.extra(name, kind)`` (typed) or a typed accessor the plugin exports "
     "(``ema_of(accelerator)``); Accelerate's own attribute ``scaler`` is a typed property that "
     "reads it; a name that is already an ``Accelerator`` attribute is a composition error",
+    "shared",
+    "wherever the attribute is read",
 )
-TEARDOWN = ExtensionPoint(
+TEARDOWN: ExtensionPoint[Teardown] = ExtensionPoint(
     "teardown",
     STACK,
-    "a zero-argument callable",
+    "a zero-argument callable (``Teardown``)",
     "run once, in reverse order, by ``end_training``, on a failed composition, or at exit",
+    "shared",
+    "every rank, once",
 )
 
-POINTS: dict[str, ExtensionPoint] = {
+POINTS: dict[str, ExtensionPoint[Any]] = {
     p.name: p
     for p in (
         FORWARD_CONTEXT,
         FORWARD_OUTPUT,
         MODEL_WRAPPER,
         OPTIMIZER_WRAPPER,
-        DATA_LOADER_WRAPPER,
+        LOSS,
         BACKWARD,
         AROUND_STEP,
         AFTER_STEP,

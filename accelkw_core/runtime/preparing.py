@@ -3,16 +3,26 @@ ready for the run, through the wrapper extension points in composition order."""
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from accelkw_core.errors import AccelkwError
 from accelkw_core.runtime.forward import patch_forward, unpatch_forward
+from accelkw_core.runtime.points import (
+    AFTER_STEP,
+    AROUND_STEP,
+    MODEL_WRAPPER,
+    OPTIMIZER_WRAPPER,
+    ExtensionPoint,
+)
 
 if TYPE_CHECKING:
     from accelkw_core.runtime.accumulation import GradientState
     from accelkw_core.runtime.state import AcceleratorState
 
 __all__ = ["PreparingAPI"]
+
+W = TypeVar("W")
 
 
 class PreparingAPI:
@@ -34,8 +44,7 @@ class PreparingAPI:
         Models move to :attr:`device`, their forward runs under the ``forward_context``
         contributions (autocast), and they pass through each ``model_wrapper`` in order (DDP);
         optimizers pass through each ``optimizer_wrapper`` and step through the ``around_step``
-        and ``after_step`` contributions; data loaders are sharded across processes, then pass
-        through each ``data_loader_wrapper``. Returns one object for one argument, else a tuple
+        and ``after_step`` contributions; data loaders are sharded across processes. Returns one object for one argument, else a tuple
         in the order given.
         """
         # Schedulers last, as in Accelerate, so each finds its prepared optimizer.
@@ -57,13 +66,14 @@ class PreparingAPI:
             return self.prepare_optimizer(obj)
         if isinstance(obj, torch.utils.data.DataLoader):
             loader = prepare_data_loader(obj, self.state, self.gradient_state.loaders)
-            return self._track("data_loaders", self._wrap("data_loader_wrapper", loader))
+            return self._track("data_loaders", loader)
         return obj
 
-    def _wrap(self, point: str, obj: Any) -> Any:
+    def _wrap(self, point: ExtensionPoint[Callable[[W], W]], obj: W) -> W:
         for contribution in self.state.contributions(point):
+            wrap: Callable[[W], W] = contribution.value
             try:
-                obj = contribution.value(obj)
+                obj = wrap(obj)
             except Exception as exc:
                 raise AccelkwError(
                     f"prepare: the {point} of handler {contribution.handler!r} failed: "
@@ -75,7 +85,7 @@ class PreparingAPI:
         """``model`` on :attr:`device`, its forward under the forward contexts, then wrapped."""
         original = model.to(self.state.device)
         patch_forward(original, self.state)
-        wrapped = self._wrap("model_wrapper", original)
+        wrapped = self._wrap(MODEL_WRAPPER, original)
         self._models.append((wrapped, original))
         return wrapped
 
@@ -84,11 +94,11 @@ class PreparingAPI:
         from accelkw_core.runtime.optimizer import AcceleratedOptimizer
         from accelkw_core.runtime.stepping import build_step
 
-        inner = self._wrap("optimizer_wrapper", optimizer)
-        around = self.state.values("around_step")
-        after = self.state.values("after_step")
+        inner = self._wrap(OPTIMIZER_WRAPPER, optimizer)
+        around = self.state.values(AROUND_STEP)
+        after = self.state.values(AFTER_STEP)
         chain = build_step(around, after) if around or after else None
-        prepared = AcceleratedOptimizer(inner, chain, self.gradient_state)
+        prepared = AcceleratedOptimizer(inner, chain, self.gradient_state, self.state)
         return self._track("optimizers", prepared)
 
     def unwrap_model(self, model: Any, keep_fp32_wrapper: bool = True) -> Any:

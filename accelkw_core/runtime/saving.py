@@ -22,6 +22,7 @@ from accelkw_core.errors import (
 )
 from accelkw_core.runtime import checkpointing as ckpt
 from accelkw_core.runtime import durable
+from accelkw_core.runtime.points import MODEL_CHECKPOINT
 from accelkw_core.runtime.project import ProjectConfiguration, is_complete, numbered_checkpoints
 
 if TYPE_CHECKING:
@@ -133,7 +134,7 @@ class CheckpointAPI:
         what = self._checkpointed()
         weights = (
             []
-            if self.state.values("model_checkpoint")
+            if self.state.values(MODEL_CHECKPOINT)
             else [self.get_state_dict(model, unwrap=False) for model in what.models]
         )
         logger.info("saving the run's state to %s", folder)

@@ -6,11 +6,11 @@ import os
 import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, NamedTuple
+from typing import TYPE_CHECKING, Any, NamedTuple, TypeVar, overload
 
 from accelkw_core.errors import ConfigError, PointConflictError
 from accelkw_core.facts.precision import MIXED_PRECISION_MODES
-from accelkw_core.runtime.points import KEYED, ONE, POINTS, STACK
+from accelkw_core.runtime.points import KEYED, ONE, POINTS, STACK, ExtensionPoint
 
 if TYPE_CHECKING:
     import torch
@@ -21,6 +21,7 @@ __all__ = ["MIXED_PRECISION_MODES", "AcceleratorState", "Contribution", "LogEntr
 
 
 Teardown = Callable[[], None]
+T = TypeVar("T")
 
 
 class Contribution(NamedTuple):
@@ -191,28 +192,41 @@ class AcceleratorState:
         """The log lines recorded by ``handler``."""
         return [e.message for e in self.log if e.handler == handler]
 
-    def contribute(self, point: str, handler: str, value: Any, *, key: str | None = None) -> None:
-        """Add ``handler``'s ``value`` to extension point ``point``, checking its cardinality.
+    @overload
+    def contribute(
+        self, point: ExtensionPoint[T], handler: str, value: T, *, key: str | None = None
+    ) -> None: ...
 
+    @overload
+    def contribute(
+        self, point: str, handler: str, value: Any, *, key: str | None = None
+    ) -> None: ...
+
+    def contribute(
+        self, point: ExtensionPoint[Any] | str, handler: str, value: Any, *, key: str | None = None
+    ) -> None:
+        """Add ``handler``'s ``value`` to extension ``point``, checking its cardinality.
+
+        ``point`` is a constant of :mod:`accelkw_core.plugin` (``MODEL_WRAPPER``), or its name.
         Raises :class:`~accelkw_core.errors.PointConflictError` for a second contribution to a
         point of cardinality one (or to one key of a keyed point), naming both handlers.
         """
-        spec = POINTS.get(point)
+        spec = POINTS.get(str(point))
         if spec is None:
             raise ValueError(
-                f"unknown extension point {point!r}; the points are: {', '.join(POINTS)}"
+                f"unknown extension point {str(point)!r}; the points are: {', '.join(POINTS)}"
             )
         if spec.cardinality == STACK:
             self.add_teardown(handler, value)
             return
         if spec.cardinality == KEYED and key is None:
             key = handler
-        entries = self._points.setdefault(point, [])
+        entries = self._points.setdefault(spec.name, [])
         if spec.cardinality in (ONE, KEYED):
             for other in entries:
                 if other.key == key:
                     raise PointConflictError(
-                        point,
+                        spec.name,
                         (other.handler, self.distributions.get(other.handler)),
                         (handler, self.distributions.get(handler)),
                         key if spec.cardinality == KEYED else None,
@@ -220,19 +234,34 @@ class AcceleratorState:
         entries.append(Contribution(handler, value, key))
         self.version += 1
 
-    def contributions(self, point: str) -> list[Contribution]:
+    def contributions(self, point: ExtensionPoint[Any] | str) -> list[Contribution]:
         """The contributions to ``point``, in the order they were made."""
-        if point == "teardown":
+        if str(point) == "teardown":
             return [Contribution(name, fn) for name, fn in self._teardowns]
-        return list(self._points.get(point, ()))
+        return list(self._points.get(str(point), ()))
 
-    def values(self, point: str) -> list[Any]:
-        """The contributed values of ``point``, in order (empty when nobody contributed)."""
-        return [c.value for c in self._points.get(point, ())]
+    @overload
+    def values(self, point: ExtensionPoint[T]) -> list[T]: ...
 
-    def keyed(self, point: str) -> dict[str, Any]:
-        """The contributions of a keyed point (``checkpoint``, ``attribute``) by key."""
-        return {str(c.key): c.value for c in self._points.get(point, ())}
+    @overload
+    def values(self, point: str) -> list[Any]: ...
+
+    def values(self, point: ExtensionPoint[Any] | str) -> list[Any]:
+        """The contributed values of ``point``, in order (empty when nobody contributed).
+
+        ``state.values(FORWARD_CONTEXT)`` is a ``list[ForwardContext]``; a name gives ``list[Any]``.
+        """
+        return [c.value for c in self._points.get(str(point), ())]
+
+    @overload
+    def keyed(self, point: ExtensionPoint[T]) -> dict[str, T]: ...
+
+    @overload
+    def keyed(self, point: str) -> dict[str, Any]: ...
+
+    def keyed(self, point: ExtensionPoint[Any] | str) -> dict[str, Any]:
+        """The contributions of a keyed point (``CHECKPOINT``, ``ATTRIBUTE``) by key."""
+        return {str(c.key): c.value for c in self._points.get(str(point), ())}
 
     def provide(self, capability: str, handler: str) -> None:
         """Record that ``handler`` provides ``capability`` (read by the runtime's gap checks)."""

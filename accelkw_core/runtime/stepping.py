@@ -7,9 +7,12 @@ Built once per prepared optimizer, so a step with no contribution costs one call
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any, Literal
 
-__all__ = ["AroundStep", "StepContext", "build_step"]
+if TYPE_CHECKING:
+    from accelkw_core.runtime.state import AcceleratorState
+
+__all__ = ["AfterStep", "AroundStep", "StepContext", "build_step"]
 
 
 class StepContext:
@@ -20,23 +23,55 @@ class StepContext:
     taken through this optimizer, from 0. ``skipped`` is ``True`` once the step did not change
     the parameters: an around-step contribution did not call ``proceed()``. ``kwargs`` go to
     the innermost ``optimizer.step`` (a contribution may add some, as a loss scaler does
-    for fused optimizers).
+    for fused optimizers). ``run`` is the run's state (``None`` in a context built by hand).
+
+    Every rank runs the outermost ``around_step`` contribution and every ``after_step`` one on
+    each ``step()``; an inner contribution runs only where the outer ones proceed, and a loss
+    scaler decides that on each rank alone. So a contribution that must act on every rank
+    alike decides with :meth:`agree`, never with a collective of its own behind a rank-local
+    ``if``.
     """
 
-    __slots__ = ("closure", "index", "kwargs", "optimizer", "skipped")
+    __slots__ = ("closure", "index", "kwargs", "optimizer", "run", "skipped")
 
-    def __init__(self, optimizer: Any, closure: Callable[[], Any] | None, index: int) -> None:
+    def __init__(
+        self,
+        optimizer: Any,
+        closure: Callable[[], Any] | None,
+        index: int,
+        run: AcceleratorState | None = None,
+    ) -> None:
         self.optimizer = optimizer
         self.closure = closure
         self.index = index
+        self.run = run
         self.kwargs: dict[str, Any] = {}
         self.skipped = True
+
+    def agree(self, flag: bool, *, how: Literal["any", "all"] = "any") -> bool:
+        """``flag`` agreed by every process: ``True`` on every rank when it is on any rank
+        (``how="all"``: only when it is on every rank).
+
+        An all-reduce over the run's process group, so every rank must call it, the same
+        number of times: call it before any rank-local decision, from an ``around_step``
+        composed outside the ones that may skip (``before = ("grad_scaler",)``) or from an
+        ``after_step``. With one process (or a context built without a run) it returns
+        ``flag``.
+        """
+        if self.run is None or not self.run.distributed:
+            return bool(flag)
+        from accelkw_core.runtime.collectives import agree
+
+        return agree(flag, self.run, how)
 
     def __repr__(self) -> str:
         return f"StepContext(index={self.index}, skipped={self.skipped})"
 
 
+#: ``around_step``: ``around(step, proceed) -> result``; not calling ``proceed()`` skips the step.
 AroundStep = Callable[[StepContext, Callable[[], Any]], Any]
+#: ``after_step``: ``after(step)``, called after every step (``step.skipped`` says if it moved).
+AfterStep = Callable[[StepContext], None]
 
 
 def _innermost(step: StepContext) -> Any:
@@ -55,7 +90,7 @@ def _nest(around: AroundStep, inner: Callable[[StepContext], Any]) -> Callable[[
 
 
 def build_step(
-    around: Sequence[AroundStep], after: Sequence[Callable[[StepContext], None]]
+    around: Sequence[AroundStep], after: Sequence[AfterStep]
 ) -> Callable[[StepContext], Any]:
     """One callable that runs ``around`` nested (the first outermost), then ``after`` in order."""
     chain: Callable[[StepContext], Any] = _innermost

@@ -15,6 +15,8 @@ import time
 from collections.abc import Sequence
 from typing import Any
 
+from accelkw_core.runtime.points import PROFILER
+
 __all__ = ["main", "train"]
 
 FEATURES, HIDDEN, SAMPLES = 32, 64, 4096
@@ -104,7 +106,7 @@ def _loop(
     steady: tuple[int, float] | None = None
     window_loss: Any = 0.0
     # Profile the first steps only when a profiler is configured (the profile plugin).
-    profile = args.profile_steps > 0 and bool(acc.state.values("profiler"))
+    profile = args.profile_steps > 0 and bool(acc.state.values(PROFILER))
     # Without a process group (no process-group plugin) the ranks cannot talk: report locally.
     grouped = acc.num_processes == 1 or has_group()
     with contextlib.ExitStack() as profiling:

@@ -53,7 +53,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, ClassVar
 
 # Everything a plugin needs from the core comes from this module, and only from it.
-from accelkw_core.plugin import KwargsHandler, Plan, handler_field
+from accelkw_core.plugin import AFTER_STEP, CHECKPOINT, KwargsHandler, Plan, handler_field
 
 if TYPE_CHECKING:
     # Type-only imports. At run time, import torch inside the methods that use
@@ -116,15 +116,16 @@ class $cls(KwargsHandler):
         plan = Plan(self.name)
         if not self.enabled:
             return plan.note("enabled=False, nothing applied")
-        # Take part in the run through the extension points (accelkw_core.plugin.POINTS):
-        # forward_context, model_wrapper, optimizer_wrapper, around_step, after_step,
-        # checkpoint, teardown, ... To change something outside the run (a global setting),
-        # use plan.run(action, message) and undo it from a teardown the action registers.
+        # Take part in the run through the extension points, typed constants of
+        # accelkw_core.plugin (mypy checks each contribution): FORWARD_CONTEXT, MODEL_WRAPPER,
+        # LOSS, AROUND_STEP, AFTER_STEP, CHECKPOINT, TEARDOWN, ... To change something outside
+        # the run (a global setting), use plan.run(action, message) and undo it from a
+        # teardown the action registers.
         counter = StepCounter(self.level)
         plan.contribute(
-            "after_step", counter, f"level {self.level}: count optimizer steps on rank {state.rank}"
+            AFTER_STEP, counter, f"level {self.level}: count optimizer steps on rank {state.rank}"
         )
-        plan.contribute("checkpoint", counter, "the step count is saved with the run")
+        plan.contribute(CHECKPOINT, counter, "the step count is saved with the run")
         return plan
 '''
 
@@ -161,7 +162,7 @@ from __future__ import annotations
 
 import pytest
 from accelkw_core import Registry
-from accelkw_core.plugin import ConfigError, StepContext
+from accelkw_core.plugin import AFTER_STEP, CHECKPOINT, ConfigError, StepContext
 from accelkw_core.testing import HandlerContract, apply_handler, isolated_registry, make_state
 
 from $package import $cls, plugin
@@ -172,9 +173,9 @@ def test_apply_contributes_what_the_plan_says() -> None:
     handler = $cls(level=3)
     plan = handler.plan(make_state(world_size=2, rank=1))
     state = apply_handler(handler, make_state(world_size=2, rank=1))
-    (counter,) = state.values("after_step")
+    (counter,) = state.values(AFTER_STEP)
     assert isinstance(counter, StepCounter) and counter.level == 3
-    assert state.keyed("checkpoint") == {"$name": counter}
+    assert state.keyed(CHECKPOINT) == {"$name": counter}
     assert state.messages("$name") == [s.message for s in plan.steps]
     assert state.messages("$name")[0] == "level 3: count optimizer steps on rank 1"
 
@@ -193,7 +194,7 @@ def test_the_counter_counts_the_steps_that_ran_and_is_saved() -> None:
 
 def test_disabled_handler_says_why_it_did_nothing() -> None:
     state = apply_handler($cls(enabled=False))
-    assert state.values("after_step") == [] and state.keyed("checkpoint") == {}
+    assert state.values(AFTER_STEP) == [] and state.keyed(CHECKPOINT) == {}
     assert [(e.message, e.applied) for e in state.log] == [
         ("enabled=False, nothing applied", False)
     ]
@@ -202,7 +203,7 @@ def test_disabled_handler_says_why_it_did_nothing() -> None:
 def test_planning_changes_nothing() -> None:
     state = make_state()
     assert "level 1" in $cls().plan(state).summary()
-    assert state.values("after_step") == [] and state.log == []
+    assert state.values(AFTER_STEP) == [] and state.log == []
 
 
 def test_invalid_value_names_the_field() -> None:

@@ -5,7 +5,15 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, ClassVar
 
-from accelkw_core.plugin import KwargsHandler, Plan, handler_field
+from accelkw_core.plugin import (
+    AFTER_STEP,
+    ATTRIBUTE,
+    CHECKPOINT,
+    MODEL_WRAPPER,
+    KwargsHandler,
+    Plan,
+    handler_field,
+)
 
 if TYPE_CHECKING:
     from accelkw_core.plugin import AcceleratorState
@@ -73,7 +81,7 @@ class EmaKwargs(KwargsHandler):
         )
         plan = Plan(self.name)
         plan.contribute(
-            "model_wrapper",
+            MODEL_WRAPPER,
             average.track,
             "record each prepared model (returned unchanged); its average starts from the "
             "weights it has once wrapped",
@@ -84,14 +92,14 @@ class EmaKwargs(KwargsHandler):
         if self.update_every > 1:
             when += f", averaging every {self.update_every} steps"
         plan.contribute(
-            "after_step",
+            AFTER_STEP,
             average.after_step,
             f"{when}: average = {self.decay:g} * average + {1 - self.decay:g} * weight, for "
             "the parameters that optimizer trains",
         )
-        plan.contribute("checkpoint", average, "the averages are saved and loaded with the run")
+        plan.contribute(CHECKPOINT, average, "the averages are saved and loaded with the run")
         plan.contribute(
-            "attribute",
+            ATTRIBUTE,
             average,
             "ema_of(accelerator) is the average (average_parameters() swaps it in for evaluation)",
             key="ema",

@@ -24,6 +24,7 @@ from accelkw_ema.average import ExponentialMovingAverage
 from accelkw_grad_scaler import GradScalerKwargs
 
 from accelkw_core import Accelerator, ConfigError
+from accelkw_core.plugin import CHECKPOINT
 from accelkw_core.testing import HandlerContract, isolated_registry, make_state
 
 EXAMPLE = Path(__file__).resolve().parent.parent
@@ -176,7 +177,7 @@ def test_plan_contributes_one_object_to_four_points() -> None:
 def test_opt_in_installed_is_not_composed_until_asked(monkeypatch: pytest.MonkeyPatch) -> None:
     with accelerator() as acc:
         assert "ema" not in acc.state.handlers
-        assert acc.state.keyed("checkpoint") == {}
+        assert acc.state.keyed(CHECKPOINT) == {}
     monkeypatch.setenv("ACCELKW_EMA__DECAY", "0.9")
     with accelerator() as acc:
         assert acc.state.handlers["ema"] == EmaKwargs(decay=0.9)
@@ -305,7 +306,7 @@ def test_preparing_a_model_twice_tracks_it_once() -> None:
 def test_saved_and_loaded_through_the_checkpoint_point_resumes_exactly() -> None:
     data = batches(6)
     with accelerator(EmaKwargs(decay=0.7, update_every=2)) as acc:
-        assert acc.state.keyed("checkpoint")["ema"] is ema_of(acc)
+        assert acc.state.keyed(CHECKPOINT)["ema"] is ema_of(acc)
         model, opt = prepared(acc)
         train(acc, model, opt, data[:3])
         buffer = io.BytesIO()
@@ -313,7 +314,7 @@ def test_saved_and_loaded_through_the_checkpoint_point_resumes_exactly() -> None
             {
                 "model": model.state_dict(),
                 "optimizer": opt.state_dict(),
-                **{k: v.state_dict() for k, v in acc.state.keyed("checkpoint").items()},
+                **{k: v.state_dict() for k, v in acc.state.keyed(CHECKPOINT).items()},
             },
             buffer,
         )
@@ -325,7 +326,7 @@ def test_saved_and_loaded_through_the_checkpoint_point_resumes_exactly() -> None
         saved = torch.load(buffer, weights_only=True)
         model.load_state_dict(saved["model"])
         opt.load_state_dict(saved["optimizer"])
-        acc.state.keyed("checkpoint")["ema"].load_state_dict(saved["ema"])
+        acc.state.keyed(CHECKPOINT)["ema"].load_state_dict(saved["ema"])
         assert ema_of(acc).state_dict()["models"][0]["steps"] == 3
         train(acc, model, opt, data[3:])
         assert_same(list(ema_of(acc).averages().values()), straight)

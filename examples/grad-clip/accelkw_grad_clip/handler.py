@@ -5,7 +5,14 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, ClassVar
 
-from accelkw_core.plugin import ConfigError, KwargsHandler, Plan, handler_field
+from accelkw_core.plugin import (
+    AROUND_STEP,
+    ATTRIBUTE,
+    ConfigError,
+    KwargsHandler,
+    Plan,
+    handler_field,
+)
 from accelkw_grad_clip.clipper import GradientClipper
 
 if TYPE_CHECKING:
@@ -94,13 +101,13 @@ class GradClipKwargs(KwargsHandler):
             error_if_nonfinite=self.error_if_nonfinite,
         )
         plan.contribute(
-            "around_step",
+            AROUND_STEP,
             clipper,
             f"{what} on the optimizer's parameters before each step, inside the loss "
             "scaler's step when there is one (unscaled gradients; a skipped step is not clipped)",
         )
         plan.contribute(
-            "attribute",
+            ATTRIBUTE,
             clipper,
             "grad_clip_of(accelerator) is the clipper (last_norm: the total norm of the last "
             "clipped step)",

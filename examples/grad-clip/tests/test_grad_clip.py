@@ -22,6 +22,7 @@ from accelkw_grad_clip import GradClipKwargs, grad_clip_of, plugin
 from accelkw_grad_scaler import GradScalerKwargs
 
 from accelkw_core import Accelerator, ConfigError
+from accelkw_core.plugin import AROUND_STEP
 from accelkw_core.testing import HandlerContract, isolated_registry, make_state
 
 EXAMPLE = Path(__file__).resolve().parent.parent
@@ -204,7 +205,7 @@ def test_norm_only_settings_with_clip_value_are_reported() -> None:
 def test_opt_in_installed_is_not_composed_until_asked(monkeypatch: pytest.MonkeyPatch) -> None:
     with accelerator() as acc:
         assert "grad_clip" not in acc.state.handlers
-        assert acc.state.values("around_step") == []
+        assert acc.state.values(AROUND_STEP) == []
     monkeypatch.setenv("ACCELKW_GRAD_CLIP__MAX_NORM", "0.25")
     with accelerator() as acc:
         assert acc.state.handlers["grad_clip"] == GradClipKwargs(max_norm=0.25)
@@ -214,7 +215,7 @@ def test_opt_in_installed_is_not_composed_until_asked(monkeypatch: pytest.Monkey
 def test_nested_inside_the_scalers_step() -> None:
     with accelerator(GradClipKwargs(max_norm=1.0), mixed_precision="fp16") as acc:
         # The first around_step contribution is the outermost: the scaler's.
-        assert [c.handler for c in acc.state.contributions("around_step")] == [
+        assert [c.handler for c in acc.state.contributions(AROUND_STEP)] == [
             "grad_scaler",
             "grad_clip",
         ]

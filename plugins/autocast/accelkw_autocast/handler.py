@@ -10,7 +10,14 @@ from contextlib import AbstractContextManager
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, ClassVar
 
-from accelkw_core.plugin import ConfigError, KwargsHandler, Plan, handler_field
+from accelkw_core.plugin import (
+    FORWARD_CONTEXT,
+    FORWARD_OUTPUT,
+    ConfigError,
+    KwargsHandler,
+    Plan,
+    handler_field,
+)
 
 if TYPE_CHECKING:
     from accelkw_core.plugin import AcceleratorState
@@ -124,11 +131,11 @@ class AutocastKwargs(KwargsHandler):
         )
         if not self.enabled:
             text += "; autocasting explicitly turned off inside it"
-        plan.contribute("forward_context", self.factory(state), text, provides=("mixed_precision",))
+        plan.contribute(FORWARD_CONTEXT, self.factory(state), text, provides=("mixed_precision",))
         import torch
 
         plan.contribute(
-            "forward_output",
+            FORWARD_OUTPUT,
             _fp32_converter(torch),
             "prepared models return float32 outputs (half-precision tensors converted)",
         )

@@ -15,6 +15,7 @@ from accelkw_autocast import AutocastKwargs
 from accelkw_autocast.handler import outputs_to_fp32
 
 from accelkw_core import ConfigError
+from accelkw_core.plugin import FORWARD_CONTEXT, FORWARD_OUTPUT
 from accelkw_core.runtime.composition import compose
 from accelkw_core.testing import (
     HandlerContract,
@@ -38,7 +39,7 @@ def test_matmul_inside_context_runs_in_the_mixed_precision_dtype(
     mode: str, dtype: torch.dtype
 ) -> None:
     state = apply_handler(AutocastKwargs(), make_state(mixed_precision=mode))
-    (factory,) = state.values("forward_context")
+    (factory,) = state.values(FORWARD_CONTEXT)
     with factory():
         assert matmul_dtype() == dtype
     assert matmul_dtype() == torch.float32
@@ -78,8 +79,8 @@ def test_cache_enabled_is_passed_only_when_set() -> None:
 
 def test_mixed_precision_no_is_a_recorded_no_op() -> None:
     state = apply_handler(AutocastKwargs(), make_state(mixed_precision="no"))
-    assert state.values("forward_context") == []
-    assert state.values("forward_output") == []
+    assert state.values(FORWARD_CONTEXT) == []
+    assert state.values(FORWARD_OUTPUT) == []
     assert matmul_dtype() == torch.float32
     (entry,) = state.log
     assert entry.message == "mixed precision 'no': autocast not used"
@@ -98,8 +99,8 @@ def test_apply_records_what_it_does_and_the_plan_matches() -> None:
     state = make_state(mixed_precision="fp16")
     plan = handler.plan(state)
     # Planning changes nothing.
-    assert state.log == [] and state.values("forward_context") == []
-    assert state.values("forward_output") == []
+    assert state.log == [] and state.values(FORWARD_CONTEXT) == []
+    assert state.values(FORWARD_OUTPUT) == []
     apply_handler(handler, state)
     assert [e.message for e in state.log] == [s.message for s in plan.steps]
     assert all(e.applied for e in state.log)
@@ -110,7 +111,7 @@ def test_apply_records_what_it_does_and_the_plan_matches() -> None:
         "cache_enabled=True) around every forward of prepared models and in "
         "accelerator.autocast()"
     )
-    (convert,) = state.values("forward_output")
+    (convert,) = state.values(FORWARD_OUTPUT)
     half = torch.ones(2, dtype=torch.float16)
     assert convert(half).dtype == torch.float32 and convert([half])[0].dtype == torch.float32
 
@@ -161,14 +162,14 @@ def test_the_factory_does_no_per_call_work_beyond_torch_autocast() -> None:
     # Speed is measured by bench/bench_step.py, never timed here: this checks the structure
     # that makes it fast (everything bound once at apply time).
     state = apply_handler(AutocastKwargs(cache_enabled=False), make_state(mixed_precision="bf16"))
-    (factory,) = state.values("forward_context")
+    (factory,) = state.values(FORWARD_CONTEXT)
     assert isinstance(factory, functools.partial)
     assert factory.func is torch.autocast
     # Bound once; arguments torch defaults to (enabled=True) are left out, each costs per call.
     assert factory.args == ("cpu",)
     assert factory.keywords == {"dtype": torch.bfloat16, "cache_enabled": False}
     off = apply_handler(AutocastKwargs(enabled=False), make_state(mixed_precision="bf16"))
-    assert off.values("forward_context")[0].keywords == {"dtype": torch.bfloat16, "enabled": False}
+    assert off.values(FORWARD_CONTEXT)[0].keywords == {"dtype": torch.bfloat16, "enabled": False}
 
 
 def test_fields_defaults_and_order_match_the_reference() -> None:
@@ -244,7 +245,7 @@ def test_compose_contributes_the_forward_context() -> None:
     state = make_state(mixed_precision="bf16")
     (applied,) = compose(state, [], registry=registry)
     assert isinstance(applied, AutocastKwargs)
-    (contribution,) = state.contributions("forward_context")
+    (contribution,) = state.contributions(FORWARD_CONTEXT)
     assert contribution.handler == "autocast"
     with contribution.value():
         assert matmul_dtype() == torch.bfloat16

@@ -5,7 +5,14 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, ClassVar
 
-from accelkw_core.plugin import ConfigError, KwargsHandler, Plan, ReferenceEnum, handler_field
+from accelkw_core.plugin import (
+    MODEL_WRAPPER,
+    ConfigError,
+    KwargsHandler,
+    Plan,
+    ReferenceEnum,
+    handler_field,
+)
 
 if TYPE_CHECKING:
     from accelkw_core.plugin import AcceleratorState
@@ -155,5 +162,5 @@ class TorchDynamoPlugin(KwargsHandler):
             return compile_model(model, state, kwargs, regional)
 
         return plan.contribute(
-            "model_wrapper", wrap, "models will be compiled: " + describe(kwargs, regional)
+            MODEL_WRAPPER, wrap, "models will be compiled: " + describe(kwargs, regional)
         )

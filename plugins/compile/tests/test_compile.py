@@ -13,6 +13,7 @@ from accelkw_compile import DynamoBackend, TorchDynamoPlugin
 from accelkw_ddp import DistributedDataParallelKwargs
 
 from accelkw_core import Accelerator, ComposeError, ConfigError
+from accelkw_core.plugin import MODEL_WRAPPER
 from accelkw_core.testing import HandlerContract, compose_handlers, isolated_registry, make_state
 
 T = TorchDynamoPlugin
@@ -113,7 +114,7 @@ def test_the_compile_wrapper_comes_after_ddp_so_it_is_outermost() -> None:
         plugins=[accelkw_compile.plugin, accelkw_ddp.plugin],
         state=make_state(world_size=2),
     )
-    assert [c.handler for c in state.contributions("model_wrapper")] == ["ddp", "compile"]
+    assert [c.handler for c in state.contributions(MODEL_WRAPPER)] == ["ddp", "compile"]
 
 
 @pytest.mark.slow

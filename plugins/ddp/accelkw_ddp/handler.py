@@ -7,7 +7,14 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, ClassVar, Literal
 
-from accelkw_core.plugin import ConfigError, KwargsHandler, Plan, ReferenceEnum, handler_field
+from accelkw_core.plugin import (
+    MODEL_WRAPPER,
+    ConfigError,
+    KwargsHandler,
+    Plan,
+    ReferenceEnum,
+    handler_field,
+)
 from accelkw_ddp._comm_hooks import (
     POWER_SGD_HOOKS,
     CommHook,
@@ -182,7 +189,7 @@ class DistributedDataParallelKwargs(KwargsHandler):
             return wrap_model(model, state, device_ids, kwargs, hook, self._check_group)
 
         plan.contribute(
-            "model_wrapper",
+            MODEL_WRAPPER,
             wrap,
             "models will be wrapped in " + describe_call(device_ids, kwargs, hook),
             provides=("gradient_sync",),

@@ -9,6 +9,7 @@ import torch.distributed as dist
 from accelkw_ddp import DistributedDataParallelKwargs
 
 from accelkw_core import AcceleratorState, ConfigError, KwargsHandler
+from accelkw_core.plugin import MODEL_WRAPPER
 from accelkw_core.testing import apply_handler
 
 BATCH = 8
@@ -39,7 +40,7 @@ def make_batch(step: int) -> tuple[torch.Tensor, torch.Tensor]:
 
 def wrap(state: AcceleratorState, model: torch.nn.Module) -> Any:
     """``model`` through the state's ``model_wrapper`` contributions, in order, as prepare does."""
-    for wrapper in state.values("model_wrapper"):
+    for wrapper in state.values(MODEL_WRAPPER):
         model = wrapper(model)
     return model
 

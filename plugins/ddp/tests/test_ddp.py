@@ -11,6 +11,7 @@ import pytest
 from accelkw_ddp import DDPCommunicationHookType, DistributedDataParallelKwargs
 
 from accelkw_core import AccelkwError, ConfigError, Registry
+from accelkw_core.plugin import MODEL_WRAPPER
 from accelkw_core.testing import (
     HandlerContract,
     apply_handler,
@@ -201,7 +202,7 @@ def test_world_size_one_records_that_the_model_is_not_wrapped() -> None:
     assert [(e.message, e.applied) for e in state.log] == [
         ("world size 1: model not wrapped", False)
     ]
-    assert state.values("model_wrapper") == []
+    assert state.values(MODEL_WRAPPER) == []
     assert state.capabilities == {}
     assert (
         DistributedDataParallelKwargs().describe(make_state()) == "world size 1: model not wrapped"
@@ -214,7 +215,7 @@ def test_apply_adds_a_wrapper_that_needs_a_process_group() -> None:
     handler = DistributedDataParallelKwargs(bucket_cap_mb=5)
     plan = handler.plan(make_state(world_size=2))
     state = apply_handler(handler, make_state(world_size=2))
-    assert [c.handler for c in state.contributions("model_wrapper")] == ["ddp"]
+    assert [c.handler for c in state.contributions(MODEL_WRAPPER)] == ["ddp"]
     assert state.capabilities == {"gradient_sync": "ddp"}
     messages = state.messages("ddp")
     assert messages == [s.message for s in plan.steps]
@@ -223,7 +224,7 @@ def test_apply_adds_a_wrapper_that_needs_a_process_group() -> None:
         "bucket_cap_mb=5); comm hook: none (plain all-reduce)"
     )
     assert any("a process group must exist when models are prepared" in m for m in messages)
-    (wrap,) = state.values("model_wrapper")
+    (wrap,) = state.values(MODEL_WRAPPER)
     with pytest.raises(AccelkwError, match="install accelkw-process-group"):
         wrap(torch.nn.Linear(2, 2))
 
@@ -247,7 +248,7 @@ def test_apply_adds_a_wrapper_that_needs_a_process_group() -> None:
 def test_describe_names_the_hook(kwargs: dict[str, Any], description: str) -> None:
     state = make_state(world_size=2)
     plan = DistributedDataParallelKwargs(**kwargs).plan(state)
-    assert state.log == [] and state.values("model_wrapper") == []  # planning changes nothing
+    assert state.log == [] and state.values(MODEL_WRAPPER) == []  # planning changes nothing
     text = plan.summary()
     assert text.startswith(
         "models will be wrapped in DistributedDataParallel(module, device_ids=None)"
@@ -295,7 +296,7 @@ def test_bf16_hooks_without_cuda_nccl_are_refused_at_apply() -> None:
             DistributedDataParallelKwargs(**kwargs).apply(state)
         assert (info.value.field, info.value.value) == (field, "bf16")
         assert "needs CUDA with NCCL >= 2.10" in str(info.value)
-        assert state.values("model_wrapper") == [] and state.log == []
+        assert state.values(MODEL_WRAPPER) == [] and state.log == []
 
 
 def test_batched_powersgd_is_refused_where_torch_breaks_it() -> None:

@@ -6,7 +6,17 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, ClassVar
 
-from accelkw_core.plugin import KwargsHandler, Plan, handler_field
+from accelkw_core.plugin import (
+    FORWARD_CONTEXT,
+    MODEL_CHECKPOINT,
+    MODEL_STATE,
+    MODEL_WRAPPER,
+    NO_SYNC,
+    OPTIMIZER_WRAPPER,
+    KwargsHandler,
+    Plan,
+    handler_field,
+)
 from accelkw_fsdp._checkpoint import FSDPCheckpoint
 from accelkw_fsdp._resolve import Resolved, resolve
 from accelkw_fsdp._shard import FSDPModelState, ParamSwap, activation_offload, suspend_sync
@@ -160,23 +170,23 @@ class FullyShardedDataParallelPlugin(KwargsHandler):
             return shard_model(model, state, self, resolved, swap)
 
         plan.contribute(
-            "model_wrapper",
+            MODEL_WRAPPER,
             wrap,
             "models will be sharded with fully_shard(" + describe(self, resolved, state) + ")",
             provides=("gradient_sync",),
         )
         plan.contribute(
-            "optimizer_wrapper",
+            OPTIMIZER_WRAPPER,
             swap.switch,
             "optimizers will be switched to the sharded parameters",
         )
         plan.contribute(
-            "no_sync",
+            NO_SYNC,
             suspend_sync,
             "no_sync: set_requires_gradient_sync(False) holds back the reduce-scatter",
         )
         plan.contribute(
-            "model_state",
+            MODEL_STATE,
             FSDPModelState(resolved.state_dict, resolved.state_dict_cpu_offload),
             "state dicts: "
             + (
@@ -186,7 +196,7 @@ class FullyShardedDataParallelPlugin(KwargsHandler):
             ),
         )
         plan.contribute(
-            "model_checkpoint",
+            MODEL_CHECKPOINT,
             FSDPCheckpoint(resolved.state_dict, resolved.state_dict_cpu_offload),
             "save_state: "
             + (
@@ -202,7 +212,7 @@ class FullyShardedDataParallelPlugin(KwargsHandler):
                 plan.note("activation_checkpointing_offload: activations already live on the CPU")
             else:
                 plan.contribute(
-                    "forward_context",
+                    FORWARD_CONTEXT,
                     activation_offload,
                     "saved activations offloaded to pinned CPU memory",
                 )

@@ -13,6 +13,7 @@ import torch
 from accelkw_fsdp import FullyShardedDataParallelPlugin
 
 from accelkw_core import Accelerator
+from accelkw_core.plugin import MODEL_STATE, NO_SYNC
 from accelkw_core.testing import isolated_registry
 
 BATCH = 8
@@ -120,14 +121,14 @@ def train(rank: int, plugin_kwargs: dict[str, Any], differ: bool) -> dict[str, A
         norms.append(float(norm.full_tensor() if isinstance(norm, DTensor) else norm))
         optimizer.step()
         optimizer.zero_grad()
-    suspend = accelerator.state.values("no_sync")[0]
+    suspend = accelerator.state.values(NO_SYNC)[0]
     x, y = _local(make_batch(STEPS), rank)
     with suspend(model):
         accelerator.backward(torch.nn.functional.mse_loss(model(x), y))
     x, y = _local(make_batch(STEPS + 1), rank)
     accelerator.backward(torch.nn.functional.mse_loss(model(x), y))
     optimizer.step()
-    model_state = accelerator.state.values("model_state")[0]
+    model_state = accelerator.state.values(MODEL_STATE)[0]
     full = model_state.state_dict(model)
     x, _ = make_batch(99)
     with torch.no_grad():

@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, ClassVar
 
-from accelkw_core.plugin import ConfigError, KwargsHandler, Plan, handler_field
+from accelkw_core.plugin import ACCUMULATION, ConfigError, KwargsHandler, Plan, handler_field
 
 if TYPE_CHECKING:
     from accelkw_core.plugin import AcceleratorState
@@ -85,7 +85,7 @@ class GradientAccumulationPlugin(KwargsHandler):
     def plan(self, state: AcceleratorState) -> Plan:
         """The accumulation policy, described for this run's facts."""
         plan = Plan(self.name)
-        plan.contribute("accumulation", self.policy(), self._describe())
+        plan.contribute(ACCUMULATION, self.policy(), self._describe())
         if self.sync_each_batch and not state.distributed:
             plan.note("sync_each_batch=True has no effect on one process (nothing to all-reduce)")
         elif (self.num_steps or 1) > 1 and state.distributed:

@@ -13,6 +13,7 @@ from accelkw_grad_accum import GradientAccumulationPlugin
 from accelkw_grad_accum.handler import AccumulationPolicy
 
 from accelkw_core import Accelerator, ConfigError
+from accelkw_core.plugin import ACCUMULATION
 from accelkw_core.testing import HandlerContract, apply_handler, make_state, run_workers
 
 
@@ -87,7 +88,7 @@ def test_plan_says_what_accumulation_does() -> None:
     single = GradientAccumulationPlugin(num_steps=2, sync_each_batch=True).plan(make_state())
     assert "no effect on one process" in single.summary()
     state = apply_handler(GradientAccumulationPlugin(num_steps=4), make_state())
-    (policy,) = state.values("accumulation")
+    (policy,) = state.values(ACCUMULATION)
     assert isinstance(policy, AccumulationPolicy) and policy.num_steps == 4
 
 

@@ -7,7 +7,19 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, ClassVar
 
-from accelkw_core.plugin import ConfigError, KwargsHandler, Plan, StepContext, handler_field
+from accelkw_core.plugin import (
+    AFTER_STEP,
+    AROUND_STEP,
+    ATTRIBUTE,
+    BACKWARD,
+    CHECKPOINT,
+    UNSCALE_GRADIENTS,
+    ConfigError,
+    KwargsHandler,
+    Plan,
+    StepContext,
+    handler_field,
+)
 
 if TYPE_CHECKING:
     from accelkw_core.plugin import AcceleratorState
@@ -93,20 +105,26 @@ class GradScalerKwargs(KwargsHandler):
         if state.mixed_precision != "fp16":
             return plan.note(text)
         scaler = self.build(state.device_type)
-        plan.contribute("backward", _ScaledBackward(scaler), text, provides=("loss_scaling",))
+        unscale = _Unscale(scaler)
+        plan.contribute(BACKWARD, _ScaledBackward(scaler), text, provides=("loss_scaling",))
         plan.contribute(
-            "around_step",
-            _ScaledStep(scaler),
+            AROUND_STEP,
+            _ScaledStep(scaler, unscale),
             "optimizer steps go through scaler.step() (unscale; skip on inf/NaN) and "
             "scaler.update()",
         )
         plan.contribute(
-            "unscale_gradients",
-            scaler.unscale_,
+            UNSCALE_GRADIENTS,
+            unscale,
             "gradient clipping unscales first (scaler.unscale_(optimizer))",
         )
-        plan.contribute("checkpoint", scaler, "the scaler's state is saved with the run")
-        plan.contribute("attribute", scaler, "accelerator.scaler is this scaler", key="scaler")
+        plan.contribute(
+            AFTER_STEP,
+            unscale.close,
+            "a step skipped outside the scaler after unscaling still ends with scaler.update()",
+        )
+        plan.contribute(CHECKPOINT, scaler, "the scaler's state is saved with the run")
+        plan.contribute(ATTRIBUTE, scaler, "accelerator.scaler is this scaler", key="scaler")
         return plan
 
     def _plan(self, state: AcceleratorState) -> str:
@@ -147,6 +165,33 @@ class _ScaledBackward:
 _NO_STEP = object()
 
 
+class _Unscale:
+    """``unscale_gradients`` contribution: ``scaler.unscale_(optimizer)``, remembered until an
+    update, and the ``after_step`` one that closes the scaler's iteration when nobody did.
+
+    An ``around_step`` composed outside the scaler's (a guard that skips the step on every rank)
+    may skip it after clipping unscaled the gradients: ``scaler.step`` and ``scaler.update``
+    never run, and the next ``unscale_`` would fail ("already been called ... since the last
+    update()"). :meth:`close`, after every step, calls ``scaler.update()`` then, which also
+    backs the scale off when the unscaled gradients held inf/NaN.
+    """
+
+    __slots__ = ("pending", "scaler")
+
+    def __init__(self, scaler: Any) -> None:
+        self.scaler = scaler
+        self.pending = False
+
+    def __call__(self, optimizer: Any) -> None:
+        self.scaler.unscale_(optimizer)
+        self.pending = True
+
+    def close(self, step: StepContext) -> None:
+        if self.pending:
+            self.pending = False
+            self.scaler.update()
+
+
 class _ScaledStep:
     """``around_step`` contribution: the optimizer step through ``scaler.step``, then update.
 
@@ -156,10 +201,11 @@ class _ScaledStep:
     handler) and the real step run exactly when the scaler steps, and not at all when it skips.
     """
 
-    __slots__ = ("scaler",)
+    __slots__ = ("scaler", "unscale")
 
-    def __init__(self, scaler: Any) -> None:
+    def __init__(self, scaler: Any, unscale: _Unscale) -> None:
         self.scaler = scaler
+        self.unscale = unscale
 
     def __call__(self, step: StepContext, proceed: Callable[[], Any]) -> Any:
         optimizer = step.optimizer
@@ -188,4 +234,5 @@ class _ScaledStep:
         finally:
             restore()
         self.scaler.update()
+        self.unscale.pending = False
         return result

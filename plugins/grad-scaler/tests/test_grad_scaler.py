@@ -13,7 +13,16 @@ import torch
 from accelkw_grad_scaler import GradScalerKwargs
 
 from accelkw_core import ConfigError
-from accelkw_core.plugin import POINTS, AcceleratorState, StepContext
+from accelkw_core.plugin import (
+    AFTER_STEP,
+    AROUND_STEP,
+    ATTRIBUTE,
+    BACKWARD,
+    CHECKPOINT,
+    POINTS,
+    AcceleratorState,
+    StepContext,
+)
 from accelkw_core.runtime.composition import compose
 from accelkw_core.runtime.stepping import build_step
 from accelkw_core.testing import (
@@ -51,7 +60,7 @@ class TinyTrainer:
         self, state: AcceleratorState, inf_grad: bool = False, around: tuple[Any, ...] = ()
     ) -> bool:
         """One step through the state's points; returns whether the parameters changed."""
-        (backward,) = state.values("backward")
+        (backward,) = state.values(BACKWARD)
         self.opt.zero_grad()
         loss = self.model(torch.randn(4, 3)).pow(2).mean()
         backward(loss)
@@ -61,7 +70,7 @@ class TinyTrainer:
             grad[0, 0] = float("inf")
         before = [p.detach().clone() for p in self.model.parameters()]
         context = StepContext(self.opt, None, self.steps)
-        build_step([*state.values("around_step"), *around], state.values("after_step"))(context)
+        build_step([*state.values(AROUND_STEP), *around], state.values(AFTER_STEP))(context)
         self.steps += 1
         after = self.model.parameters()
         changed = any(not torch.equal(b, p) for b, p in zip(before, after, strict=True))
@@ -76,7 +85,7 @@ def trainer() -> TinyTrainer:
 
 def fp16_state(handler: GradScalerKwargs) -> tuple[AcceleratorState, torch.amp.GradScaler]:
     state = apply_handler(handler, make_state(mixed_precision="fp16"))
-    scaler = state.keyed("attribute")["scaler"]
+    scaler = state.keyed(ATTRIBUTE)["scaler"]
     assert isinstance(scaler, torch.amp.GradScaler)
     return state, scaler
 
@@ -104,7 +113,7 @@ def test_a_step_with_an_inf_gradient_is_skipped_and_the_scale_backs_off(
 
 def test_the_backward_contribution_scales_the_loss() -> None:
     state, scaler = fp16_state(GradScalerKwargs(init_scale=1024.0))
-    (backward,) = state.values("backward")
+    (backward,) = state.values(BACKWARD)
     x = torch.tensor(3.0, requires_grad=True)
     backward(x * 2.0)
     assert x.grad is not None and x.grad.item() == 2.0 * 1024.0
@@ -205,23 +214,24 @@ def test_the_plan_matches_apply_and_planning_contributes_nothing() -> None:
         ("backward", None),
         ("around_step", None),
         ("unscale_gradients", None),
+        ("after_step", None),
         ("checkpoint", None),
         ("attribute", "scaler"),
     ]
     # One scaler behind every contribution: the one saved is the one that steps.
-    scaler = state.keyed("attribute")["scaler"]
-    assert state.keyed("checkpoint") == {"grad_scaler": scaler}
+    scaler = state.keyed(ATTRIBUTE)["scaler"]
+    assert state.keyed(CHECKPOINT) == {"grad_scaler": scaler}
     assert state.capabilities == {"loss_scaling": "grad_scaler"}
 
 
 def test_the_checkpoint_contribution_saves_and_restores_the_scale(trainer: TinyTrainer) -> None:
     state, scaler = fp16_state(GradScalerKwargs(init_scale=8.0, growth_interval=1))
     trainer.step(state)
-    (saved,) = state.keyed("checkpoint").values()
+    (saved,) = state.keyed(CHECKPOINT).values()
     snapshot = saved.state_dict()
     assert snapshot["scale"] == 16.0
     other, fresh = fp16_state(GradScalerKwargs(init_scale=8.0, growth_interval=1))
-    other.keyed("checkpoint")["grad_scaler"].load_state_dict(snapshot)
+    other.keyed(CHECKPOINT)["grad_scaler"].load_state_dict(snapshot)
     assert fresh.get_scale() == scaler.get_scale() == 16.0
 
 
@@ -295,8 +305,8 @@ def test_compose_fills_the_grad_scaler_slot() -> None:
     state = make_state(mixed_precision="fp16")
     (applied,) = compose(state, [GradScalerKwargs(growth_interval=5)], registry=registry)
     assert isinstance(applied, GradScalerKwargs)
-    assert state.keyed("attribute")["scaler"].get_growth_interval() == 5
-    (backward,) = state.contributions("backward")
+    assert state.keyed(ATTRIBUTE)["scaler"].get_growth_interval() == 5
+    (backward,) = state.contributions(BACKWARD)
     assert backward.handler == "grad_scaler"
 
 

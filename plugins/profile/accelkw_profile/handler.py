@@ -9,7 +9,7 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, ClassVar, Literal
 
-from accelkw_core.plugin import ConfigError, KwargsHandler, Plan, handler_field, suggest
+from accelkw_core.plugin import PROFILER, ConfigError, KwargsHandler, Plan, handler_field, suggest
 from accelkw_profile.trace import NoOpProfiler, check_overwritable, export_trace, prepare_trace_dir
 
 if TYPE_CHECKING:
@@ -200,7 +200,7 @@ class ProfileKwargs(KwargsHandler):
                 # profiler is still contributed, and entering it raises this error (without a
                 # contribution, profile() would run unprofiled with only a warning).
                 text = f"would fail when profile() is entered: {exc}"
-        return Plan(self.name).contribute("profiler", functools.partial(self.context, state), text)
+        return Plan(self.name).contribute(PROFILER, functools.partial(self.context, state), text)
 
     def _plan(self, state: AcceleratorState) -> str:
         # Said for the whole run, then for this rank: the demo and `accelkw plan` show one

@@ -14,7 +14,7 @@ import torch
 from accelkw_profile import NoOpProfiler, ProfileKwargs
 
 from accelkw_core import ConfigError
-from accelkw_core.plugin import AcceleratorState
+from accelkw_core.plugin import PROFILER, AcceleratorState
 from accelkw_core.runtime.composition import compose
 from accelkw_core.testing import (
     HandlerContract,
@@ -46,7 +46,7 @@ def event_names(path: Path) -> set[str]:
 
 def profiler_of(state: AcceleratorState) -> Any:
     """The one ``profiler`` contribution: what ``accelerator.profile()`` enters."""
-    (factory,) = state.values("profiler")
+    (factory,) = state.values(PROFILER)
     return factory
 
 
@@ -266,7 +266,7 @@ def test_the_plan_matches_the_record_and_notes_ranks_outside_the_world(tmp_path:
     )
     state = make_state(world_size=2)
     plan = handler.plan(state)
-    assert state.values("profiler") == [] and state.log == []  # planning changes nothing
+    assert state.values(PROFILER) == [] and state.log == []  # planning changes nothing
     assert [s.point for s in plan.steps] == ["profiler"]
     text = plan.summary()
     assert handler.describe(state) == text
@@ -311,7 +311,7 @@ def test_compose_contributes_the_profiler() -> None:
     state = make_state()
     (applied,) = compose(state, [], registry=registry)
     assert isinstance(applied, ProfileKwargs)
-    (contribution,) = state.contributions("profiler")
+    (contribution,) = state.contributions(PROFILER)
     assert contribution.handler == "profile"
     with contribution.value() as prof:
         assert isinstance(prof, torch.profiler.profile)
