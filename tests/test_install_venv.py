@@ -276,7 +276,7 @@ def test_example_plugin_installs_lists_composes_and_uninstalls(venv: Venv, tmp_p
 
 def test_scaffolded_plugin_installs_passes_its_tests_lists_and_uninstalls(venv: Venv) -> None:
     target = venv.work / "accelkw-demo-plugin"
-    venv.accelkw("plugins new", "plugins", "new", "demo_plugin", "--dir", str(target))
+    venv.accelkw("plugins new", "plugins", "new", "demo_plugin", "--opt-in", "--dir", str(target))
     venv.pip("install -e demo", "install", "-e", str(target))
 
     out = venv.run(

@@ -5,6 +5,7 @@ tests pass once its distribution metadata is on the path (the pip round trip is 
 from __future__ import annotations
 
 import ast
+import json
 import os
 import subprocess
 import sys
@@ -16,6 +17,7 @@ from packaging.version import Version
 
 from accelkw_core import __version__
 from accelkw_core.cli.main import main
+from accelkw_core.plugin import KwargsHandler
 from accelkw_core.testing import isolated_registry
 from accelkw_core.tools.scaffold import (
     PluginNames,
@@ -59,7 +61,7 @@ def test_names_derive_from_the_registry_name() -> None:
 )
 def test_invalid_names_say_what_is_expected(bad: str, message: str) -> None:
     with pytest.raises(ScaffoldError) as err:
-        scaffold_plugin(bad, check_installed=False)
+        scaffold_plugin(bad, opt_in=True, check_installed=False)
     text = str(err.value)
     assert text.startswith(f"invalid plugin name {bad!r}: ")
     assert message in text
@@ -90,14 +92,18 @@ def test_cli_names_the_distribution_that_has_the_name(site: Path, tmp_path: Path
     write_dist(
         site, "accelkw-other", {"other": "other_mod"}, {"other_mod.py": good_plugin("taken")}
     )
-    result = run_accelkw(["plugins", "new", "taken", "--dir", str(tmp_path / "t")], site)
+    result = run_accelkw(
+        ["plugins", "new", "taken", "--opt-in", "--dir", str(tmp_path / "t")], site
+    )
     assert result.returncode == 1
     assert result.stderr.strip().splitlines() == [
         "accelkw: error: the name 'taken' is taken: handler 'taken' (other_mod.TakenKwargs) "
         "comes from accelkw-other 1.0.0 (plugin 'other'); choose another name"
     ]
     assert not (tmp_path / "t").exists()
-    result = run_accelkw(["plugins", "new", "other", "--dir", str(tmp_path / "t")], site)
+    result = run_accelkw(
+        ["plugins", "new", "other", "--opt-in", "--dir", str(tmp_path / "t")], site
+    )
     assert "the installed plugin 'other' comes from accelkw-other 1.0.0" in result.stderr
 
 
@@ -105,26 +111,26 @@ def test_the_target_folder_must_be_new_or_empty(tmp_path: Path) -> None:
     (tmp_path / "full").mkdir()
     (tmp_path / "full" / "keep.txt").write_text("mine")
     with pytest.raises(ScaffoldError, match="exists and is not empty"):
-        scaffold_plugin("my_seed", tmp_path / "full", check_installed=False)
+        scaffold_plugin("my_seed", tmp_path / "full", opt_in=True, check_installed=False)
     assert [p.name for p in (tmp_path / "full").iterdir()] == ["keep.txt"]
     (tmp_path / "file").write_text("")
     with pytest.raises(ScaffoldError, match="it is a file"):
-        scaffold_plugin("my_seed", tmp_path / "file", check_installed=False)
+        scaffold_plugin("my_seed", tmp_path / "file", opt_in=True, check_installed=False)
     (tmp_path / "empty").mkdir()
-    assert scaffold_plugin("my_seed", tmp_path / "empty", check_installed=False)
+    assert scaffold_plugin("my_seed", tmp_path / "empty", opt_in=True, check_installed=False)
 
 
 def test_default_folder_is_the_distribution_name(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     monkeypatch.chdir(tmp_path)
-    files = scaffold_plugin("my_seed", check_installed=False)
+    files = scaffold_plugin("my_seed", opt_in=True, check_installed=False)
     root = tmp_path / "accelkw-my-seed"
     assert [p.relative_to(root).as_posix() for p in files] == EXPECTED_FILES
 
 
 def test_generated_pyproject_declares_the_entry_point_and_core_dependency() -> None:
-    data = tomllib.loads(render(PluginNames.from_name("my_seed"))["pyproject.toml"])
+    data = tomllib.loads(render(PluginNames.from_name("my_seed"), opt_in=False)["pyproject.toml"])
     project = data["project"]
     assert project["name"] == "accelkw-my-seed"
     assert project["entry-points"]["accelkw"] == {"my_seed": "accelkw_my_seed.plugin"}
@@ -137,7 +143,7 @@ def test_generated_pyproject_declares_the_entry_point_and_core_dependency() -> N
 
 
 def test_generated_sources_are_valid_python_with_no_torch_import() -> None:
-    for path, text in render(PluginNames.from_name("my_seed")).items():
+    for path, text in render(PluginNames.from_name("my_seed"), opt_in=False).items():
         if path.endswith(".py"):
             tree = ast.parse(text, filename=path)
             imported = {
@@ -151,27 +157,110 @@ def test_generated_sources_are_valid_python_with_no_torch_import() -> None:
             assert "torch" not in imported, path
 
 
+@pytest.mark.parametrize("opt_in", [True, False])
+def test_the_template_states_the_rule_and_the_authors_choice(opt_in: bool) -> None:
+    files = render(PluginNames.from_name("my_seed"), opt_in=opt_in)
+    handler = files["accelkw_my_seed/handler.py"]
+    assert f"    opt_in: ClassVar[bool] = {opt_in}\n" in handler
+    assert "must be opt-in" in handler  # the rule, next to the choice
+    assert ("--opt-in" in handler) is opt_in and ("--on-by-default" in handler) is not opt_in
+    readme = files["README.md"]
+    assert ("is opt-in (`opt_in = True`)" in readme) is opt_in
+    assert ("applied to every run" in readme) is not opt_in
+    namespace: dict[str, object] = {}
+    exec(compile(handler, "handler.py", "exec"), namespace)  # the template is valid code
+    cls = namespace["MySeedKwargs"]
+    assert isinstance(cls, type) and issubclass(cls, KwargsHandler)
+    assert cls.opt_in is opt_in
+
+
+def test_class_name_names_the_handler_everywhere() -> None:
+    names = PluginNames.from_name("my_seed", "SeedHandler")
+    assert names.class_name == "SeedHandler"
+    files = render(names, opt_in=True)
+    assert "class SeedHandler(KwargsHandler):" in files["accelkw_my_seed/handler.py"]
+    assert "from accelkw_my_seed.handler import SeedHandler" in files["accelkw_my_seed/__init__.py"]
+    assert "class TestSeedHandlerContract(HandlerContract):" in files["tests/test_my_seed.py"]
+    assert "MySeedKwargs" not in "".join(files.values())
+
+
+@pytest.mark.parametrize(
+    ("bad", "message"),
+    [
+        ("my-handler", "expected a Python class name"),
+        ("2Fast", "expected a Python class name"),
+        ("", "expected a Python class name"),
+        ("Café", "expected a Python class name"),
+        ("class", "'class' is a Python keyword"),
+        ("None", "'None' is a Python keyword"),
+        ("StepCounter", "already uses the name 'StepCounter'"),
+        ("Plan", "already uses the name 'Plan'"),
+    ],
+)
+def test_invalid_class_names_say_what_is_expected(bad: str, message: str) -> None:
+    with pytest.raises(ScaffoldError) as err:
+        scaffold_plugin("my_seed", opt_in=True, class_name=bad, check_installed=False)
+    text = str(err.value)
+    assert text.startswith(f"invalid --class-name {bad!r}: ")
+    assert message in text
+
+
+def test_cli_requires_the_opt_in_choice(tmp_path: Path) -> None:
+    target = tmp_path / "t"
+    none = run_accelkw(["plugins", "new", "my_seed", "--dir", str(target)])
+    assert none.returncode == 2
+    assert "one of the arguments --opt-in --on-by-default is required" in none.stderr
+    both = run_accelkw(["plugins", "new", "my_seed", "--opt-in", "--on-by-default"])
+    assert both.returncode == 2
+    assert "argument --on-by-default: not allowed with argument --opt-in" in both.stderr
+    bad = run_accelkw(["plugins", "new", "my_seed", "--opt-in", "--class-name", "my-cls"])
+    assert bad.returncode == 1
+    assert bad.stderr.strip() == (
+        "accelkw: error: invalid --class-name 'my-cls': expected a Python class name: an ASCII "
+        "letter or underscore, then letters, digits or underscores (e.g. 'SeedKwargs')"
+    )
+    assert not target.exists()
+    help_text = " ".join(run_accelkw(["plugins", "new", "--help"]).stdout.split())
+    assert "--class-name NAME" in help_text
+    assert "changes numbers or random state on its own" in help_text
+
+
 def test_cli_creates_the_plugin_and_says_what_to_do_next(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     target = tmp_path / "out"
-    assert main(["plugins", "new", "zz_scaffold_cli", "--dir", str(target)]) == 0
+    assert main(["plugins", "new", "zz_scaffold_cli", "--on-by-default", "--dir", str(target)]) == 0
     out = capsys.readouterr().out
-    assert "created plugin 'zz_scaffold_cli' (distribution accelkw-zz-scaffold-cli" in out
+    assert (
+        "created plugin 'zz_scaffold_cli' (distribution accelkw-zz-scaffold-cli, "
+        "handler ZzScaffoldCliKwargs, on by default) in " in out
+    )
+    handler = (target / "accelkw_zz_scaffold_cli" / "handler.py").read_text()
+    assert "opt_in: ClassVar[bool] = False" in handler
     assert "  accelkw_zz_scaffold_cli/handler.py" in out
     assert f"pip install -e {target}" in out
     assert (target / "accelkw_zz_scaffold_cli" / "py.typed").exists()
 
 
 @pytest.mark.needs_torch
-def test_generated_tests_pass_with_the_distribution_on_the_path(tmp_path: Path) -> None:
-    """The generated test suite, in a fresh interpreter, with a dist-info for its entry point."""
+@pytest.mark.parametrize(
+    ("opt_in", "class_name", "expected"),
+    [(True, None, "MySeedKwargs"), (False, "Seeder", "Seeder")],
+)
+def test_generated_tests_pass_with_the_distribution_on_the_path(
+    tmp_path: Path, opt_in: bool, class_name: str | None, expected: str
+) -> None:
+    """The generated test suite, in a fresh interpreter, with a dist-info for its entry point;
+    then whether an ``Accelerator`` composes the installed handler unasked is the author's
+    choice, and the class has the name given."""
     root = tmp_path / "accelkw-my-seed"
-    scaffold_plugin("my_seed", root, check_installed=False)
+    scaffold_plugin("my_seed", root, opt_in=opt_in, class_name=class_name, check_installed=False)
     site = tmp_path / "site"
     write_dist(site, "accelkw-my-seed", {"my_seed": "accelkw_my_seed.plugin"}, version="0.1.0")
     env = {k: v for k, v in os.environ.items() if not k.startswith("ACCELKW_")}
     env["PYTHONPATH"] = os.pathsep.join([str(root), str(site)])
+    env["ACCELKW_NO_CACHE"] = "1"
+    env["XDG_CONFIG_HOME"] = str(tmp_path / "no-config")
     proc = subprocess.run(
         [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "tests"],
         cwd=root,
@@ -182,3 +271,20 @@ def test_generated_tests_pass_with_the_distribution_on_the_path(tmp_path: Path) 
     )
     assert proc.returncode == 0, proc.stdout + proc.stderr
     assert "16 passed" in proc.stdout
+    check = (
+        "import json, accelkw_my_seed\n"
+        "from accelkw_core import Accelerator\n"
+        "acc = Accelerator(cpu=True)\n"
+        f"cls = accelkw_my_seed.{expected}\n"
+        "print(json.dumps([cls.opt_in, cls.__name__, 'my_seed' in acc.state.handlers]))\n"
+    )
+    proc = subprocess.run(
+        [sys.executable, "-c", check],
+        cwd=tmp_path,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert json.loads(proc.stdout.splitlines()[-1]) == [opt_in, expected, not opt_in]

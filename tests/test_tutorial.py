@@ -108,6 +108,16 @@ def test_the_plugins_own_tests_pass(tutorial: tuple[Path, list[str]]) -> None:
     assert f"{shown.group(1)} passed" in out, out[-3000:]
 
 
+def test_the_scaffold_excerpt_is_what_plugins_new_prints(tmp_path: Path) -> None:
+    (excerpt,) = [b for b in blocks("console") if b.startswith("$ accelkw plugins new ")]
+    command, *expected = excerpt.splitlines()
+    args = command.removeprefix("$ accelkw ").split()
+    # Run where the tutorial runs it: the folder is created under the working directory.
+    script = f"from accelkw_core.cli.main import main\nraise SystemExit(main({args!r}))\n"
+    printed = run(tmp_path, "-c", script).stdout.splitlines()
+    assert printed == expected
+
+
 def test_the_plan_excerpt_is_what_accelkw_plan_prints(tutorial: tuple[Path, list[str]]) -> None:
     root, _ = tutorial
     (excerpt,) = [b for b in blocks("console") if b.startswith("$ accelkw plan\n")]

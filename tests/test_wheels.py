@@ -234,7 +234,9 @@ def test_a_two_process_run_composes_every_builtin(built: Built) -> None:
 
 def test_plugins_new_writes_its_template_from_the_installed_core(built: Built) -> None:
     target = built.venv.work / "accelkw-wheel-check"
-    built.venv.accelkw("plugins new", "plugins", "new", "wheel_check", "--dir", str(target))
+    built.venv.accelkw(
+        "plugins new", "plugins", "new", "wheel_check", "--on-by-default", "--dir", str(target)
+    )
     files = {p.relative_to(target).as_posix() for p in target.rglob("*") if p.is_file()}
     assert {"pyproject.toml", "README.md", "accelkw_wheel_check/py.typed"} <= files
     project = tomllib.loads((target / "pyproject.toml").read_text())["project"]

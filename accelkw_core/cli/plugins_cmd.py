@@ -50,6 +50,33 @@ def add_parser(sub: Any) -> None:
         "dashes: plugins new grad_clip creates ./accelkw-grad-clip); it must not exist or be "
         "empty",
     )
+    new.add_argument(
+        "--class-name",
+        metavar="NAME",
+        help="the handler class's name (default: NAME in CamelCase + Kwargs: plugins new "
+        "grad_clip names it GradClipKwargs); a Python class name",
+    )
+    # The author's choice, required: installing a plugin must not change a run that did not
+    # ask for it, so the template does not pick for them.
+    when = new.add_mutually_exclusive_group(required=True)
+    when.add_argument(
+        "--opt-in",
+        dest="opt_in",
+        action="store_true",
+        default=None,
+        help="the handler is composed only when a run asks for it (opt_in = True); required "
+        "for a handler that changes numbers or random state on its own (seeding, clipping, "
+        "skipping steps, ...)",
+    )
+    when.add_argument(
+        "--on-by-default",
+        dest="opt_in",
+        action="store_false",
+        default=None,
+        help="every run composes the installed handler with its defaults (opt_in = False); "
+        "only for a handler that acts when the run asks for what it does (mixed precision, "
+        "several processes, a profiler block)",
+    )
     new.set_defaults(func=cmd_new)
 
 
@@ -251,13 +278,14 @@ def cmd_new(args: argparse.Namespace) -> int:
 
     from accelkw_core.tools.scaffold import PluginNames, scaffold_plugin
 
-    names = PluginNames.from_name(args.name)
-    files = scaffold_plugin(args.name, args.dir)
+    names = PluginNames.from_name(args.name, args.class_name)
+    files = scaffold_plugin(args.name, args.dir, opt_in=args.opt_in, class_name=args.class_name)
     root = Path(args.dir) if args.dir is not None else Path.cwd() / names.distribution
     shown = os.path.relpath(root) if not os.path.relpath(root).startswith("..") else str(root)
     print(
         f"created plugin {names.name!r} (distribution {names.distribution}, "
-        f"handler {names.class_name}) in {shown}:"
+        f"handler {names.class_name}, {'opt-in' if args.opt_in else 'on by default'}) "
+        f"in {shown}:"
     )
     for path in files:
         print(f"  {path.relative_to(root).as_posix()}")

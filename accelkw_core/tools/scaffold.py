@@ -3,7 +3,13 @@
 The folder holds a ``pyproject.toml`` with the ``accelkw`` entry point, a package with a handler
 dataclass and its registration hook, a README and tests that pass once the folder is installed
 (``pip install -e``). Names are checked first: a lowercase identifier that no installed plugin,
-handler, distribution or module already uses.
+handler, distribution or module already uses, and a class name the template can define.
+
+The author chooses whether the handler is opt-in (``opt_in=True``: composed only when a run asks
+for it). The rule the template states: a handler that changes numbers or random state on its own
+(seeding, clipping, skipping steps, averaging weights) must be opt-in; one that acts only when
+the run asks for what it does (mixed precision, several processes, a profiler block) may be on by
+default.
 """
 
 from __future__ import annotations
@@ -22,9 +28,43 @@ from accelkw_core.errors import ScaffoldError
 if TYPE_CHECKING:
     from accelkw_core.discovery.registry import Registry
 
-__all__ = ["PluginNames", "check_available", "check_name", "scaffold_plugin"]
+__all__ = [
+    "PluginNames",
+    "check_available",
+    "check_class_name",
+    "check_name",
+    "scaffold_plugin",
+]
 
 _NAME = re.compile(r"^[a-z][a-z0-9_]*$")
+_CLASS_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
+# Names the template's handler module (and its tests) already bind: a handler class of the same
+# name would shadow them, and the generated code would not run.
+_TEMPLATE_NAMES = frozenset(
+    {
+        "AFTER_STEP",
+        "CHECKPOINT",
+        "TYPE_CHECKING",
+        "AcceleratorState",
+        "Any",
+        "ClassVar",
+        "ConfigError",
+        "HandlerContract",
+        "KwargsHandler",
+        "Plan",
+        "Registry",
+        "StepContext",
+        "StepCounter",
+        "annotations",
+        "apply_handler",
+        "dataclass",
+        "handler_field",
+        "isolated_registry",
+        "make_state",
+        "plugin",
+        "pytest",
+    }
+)
 # Names whose package would be the core's own (``accelkw_core``) or read as a prefix twice.
 _RESERVED = {"core"}
 
@@ -39,13 +79,20 @@ class PluginNames:
     class_name: str  # MySeedKwargs
 
     @classmethod
-    def from_name(cls, name: str) -> PluginNames:
+    def from_name(cls, name: str, class_name: str | None = None) -> PluginNames:
+        """The names for registry name ``name``; the handler class is ``class_name`` when
+        given (checked by :func:`check_class_name`), else derived: ``my_seed`` ->
+        ``MySeedKwargs``."""
         check_name(name)
+        if class_name is not None:
+            check_class_name(class_name)
         return cls(
             name=name,
             distribution="accelkw-" + name.replace("_", "-"),
             package="accelkw_" + name,
-            class_name="".join(part.capitalize() for part in name.split("_") if part) + "Kwargs",
+            class_name=class_name
+            if class_name is not None
+            else "".join(part.capitalize() for part in name.split("_") if part) + "Kwargs",
         )
 
 
@@ -84,6 +131,26 @@ def check_name(name: str) -> None:
     hint = _suggest_name(name)
     suffix = f"; did you mean {hint!r}?" if hint else ""
     raise ScaffoldError(f"invalid plugin name {name!r}: {problem}{suffix}")
+
+
+def check_class_name(class_name: str) -> None:
+    """Raise :class:`ScaffoldError` unless ``class_name`` can name the generated handler class:
+    an ASCII Python identifier, not a keyword, not a name the template already uses."""
+    problem = None
+    if not _CLASS_NAME.match(class_name):
+        problem = (
+            "expected a Python class name: an ASCII letter or underscore, then letters, "
+            "digits or underscores (e.g. 'SeedKwargs')"
+        )
+    elif keyword.iskeyword(class_name) or class_name in {"None", "True", "False"}:
+        problem = f"{class_name!r} is a Python keyword; expected a name a class can have"
+    elif class_name in _TEMPLATE_NAMES:
+        problem = (
+            f"the generated handler module already uses the name {class_name!r}; "
+            "expected another name"
+        )
+    if problem is not None:
+        raise ScaffoldError(f"invalid --class-name {class_name!r}: {problem}")
 
 
 def check_available(names: PluginNames, registry: Registry | None = None) -> None:
@@ -131,10 +198,17 @@ def check_available(names: PluginNames, registry: Registry | None = None) -> Non
         )
 
 
-def render(names: PluginNames) -> dict[str, str]:
-    """The files of the new plugin: relative path -> text."""
+def render(names: PluginNames, *, opt_in: bool) -> dict[str, str]:
+    """The files of the new plugin: relative path -> text. ``opt_in``: the handler's
+    ``opt_in`` class variable (see the module docstring for the rule)."""
     from accelkw_core.discovery.compat import CORE_DISTRIBUTION, core_range_for
-    from accelkw_core.tools.scaffold_templates import FILES
+    from accelkw_core.tools.scaffold_templates import (
+        FILES,
+        ON_BY_DEFAULT_COMMENT,
+        OPT_IN_COMMENT,
+        README_ON_BY_DEFAULT,
+        README_OPT_IN,
+    )
 
     # The cores this one's plugin API holds for (docs/versioning.md): a core outside it lists
     # the plugin as incompatible instead of importing it.
@@ -144,7 +218,11 @@ def render(names: PluginNames) -> dict[str, str]:
         "package": names.package,
         "cls": names.class_name,
         "core_req": f"{CORE_DISTRIBUTION}{core_range_for(__version__)}",
+        "opt_in": str(opt_in),
+        "opt_in_comment": OPT_IN_COMMENT if opt_in else ON_BY_DEFAULT_COMMENT,
+        "when_applied": README_OPT_IN if opt_in else README_ON_BY_DEFAULT,
     }
+    values = {key: Template(value).substitute(values) for key, value in values.items()}
     return {
         Template(path).substitute(values): Template(text).substitute(values)
         for path, text in FILES.items()
@@ -155,15 +233,20 @@ def scaffold_plugin(
     name: str,
     directory: str | Path | None = None,
     *,
+    opt_in: bool,
+    class_name: str | None = None,
     registry: Registry | None = None,
     check_installed: bool = True,
 ) -> list[Path]:
     """Create plugin ``name`` in ``directory`` (default ``./accelkw-<name>``); return its files.
 
+    ``opt_in`` is the author's choice, required: ``True`` for a handler composed only when a run
+    asks for it, as every handler that changes numbers or random state on its own must be.
+    ``class_name`` names the handler class (default: derived from ``name``, ``MySeedKwargs``).
     The folder must not exist or be empty. With ``check_installed`` (the default), a name an
     installed plugin already uses is refused (see :func:`check_available`).
     """
-    names = PluginNames.from_name(name)
+    names = PluginNames.from_name(name, class_name)
     target = Path(directory) if directory is not None else Path.cwd() / names.distribution
     if target.exists():
         if not target.is_dir():
@@ -176,7 +259,7 @@ def scaffold_plugin(
     if check_installed:
         check_available(names, registry)
     written = []
-    for rel, text in render(names).items():
+    for rel, text in render(names, opt_in=opt_in).items():
         path = target / rel
         path.parent.mkdir(parents=True, exist_ok=True)
         path.write_text(text, encoding="utf-8")

@@ -2,12 +2,53 @@
 
 Kept as strings in a module (not package data) so an installed core always has them. Fields:
 ``$name`` (registry name), ``$dist`` (distribution), ``$package``, ``$cls`` (handler class),
-``$core_req`` (the accelkw-core requirement). ``$$`` is a literal dollar sign.
+``$core_req`` (the accelkw-core requirement), ``$opt_in`` (``True`` or ``False``, the author's
+choice) with ``$opt_in_comment`` and ``$when_applied`` (the text that goes with it). ``$$`` is a
+literal dollar sign.
 """
 
 from __future__ import annotations
 
-__all__ = ["FILES"]
+__all__ = [
+    "FILES",
+    "ON_BY_DEFAULT_COMMENT",
+    "OPT_IN_COMMENT",
+    "README_ON_BY_DEFAULT",
+    "README_OPT_IN",
+]
+
+# The rule, stated where the author sees it (issue: installing a plugin must not change a run
+# that did not ask for it). Each is indented for the class body.
+_RULE = """\
+    # The rule: a handler that changes numbers or random state on its own (seeding,
+    # clipping, skipping or averaging, ...) must be opt-in; one that acts only when the run
+    # asks for what it does (mixed precision, several processes, a profiler block) may be
+    # on by default."""
+
+OPT_IN_COMMENT = (
+    _RULE
+    + """
+    # Opt-in (plugins new --opt-in): installed, it changes no run until the run asks for it,
+    # in code (kwargs_handlers=[...]), with a [handlers.$name] table, ACCELKW_<NAME>__<FIELD>
+    # variables or [plugins] enable = ["$name"]."""
+)
+
+ON_BY_DEFAULT_COMMENT = (
+    _RULE
+    + """
+    # On by default (plugins new --on-by-default): once installed, every run composes it with
+    # its defaults unless the run passes its own instance or disables it."""
+)
+
+README_OPT_IN = """\
+The handler is opt-in (`opt_in = True`): installed, it changes no run until the run asks for
+it, by passing an instance, a `[handlers.$name]` table in the configuration, an
+`ACCELKW_<NAME>__<FIELD>` variable or `[plugins] enable = ["$name"]`."""
+
+README_ON_BY_DEFAULT = """\
+Once installed, the handler is applied to every run with its default values unless the user
+passes their own instance; turn it off with `ACCELKW_DISABLE_PLUGINS=$name`. A handler that
+changes numbers or random state on its own must be opt-in instead (`opt_in = True`)."""
 
 PYPROJECT = """\
 [build-system]
@@ -100,6 +141,9 @@ class $cls(KwargsHandler):
     # The registry name: the key users write in configuration. To be applied
     # after other handlers, add ``after: ClassVar[tuple[str, ...]] = ("autocast",)``.
     name: ClassVar[str] = "$name"
+
+$opt_in_comment
+    opt_in: ClassVar[bool] = $opt_in
 
     # Every field has a default: an installed handler is applied with its defaults
     # when the user does not pass it. ``handler_field`` adds documentation and a
@@ -258,8 +302,7 @@ from $package import $cls
 accelerator = Accelerator(kwargs_handlers=[$cls(level=3)])
 ```
 
-Once installed, the handler is applied to every run with its default values unless the user
-passes their own instance; turn it off with `ACCELKW_DISABLE_PLUGINS=$name`.
+$when_applied
 
 ## Fields
 
