@@ -10,13 +10,16 @@ Subclass it in a plugin's tests, name the class ``Test...`` and set three attrib
         handler_class = SeedKwargs
         plugin_module = "accelkw_seed.plugin"
         examples = ({"seed": 7}, {"seed": 0, "deterministic": True})
-        pyproject = "examples/seed/pyproject.toml"  # only when the plugin is not installed
+        pyproject = "../pyproject.toml"  # only when the plugin is not installed
 
 pytest then runs every ``test_*`` method below against the plugin: registration, entry-point
 discovery, no torch at import, planning without side effects, documented fields, explicit
 fields that survive ``handler.replace``/``copy``/``pickle`` (``dataclasses.replace`` marks
 every field explicit), teardowns that undo ``apply``, and contributions made only through the
 public extension points.
+
+A relative :attr:`HandlerContract.pyproject` is read from the folder of the test module that
+sets it, so the tests pass from any working directory (``pytest tests``, ``pytest .``, an IDE).
 """
 
 from __future__ import annotations
@@ -135,9 +138,28 @@ class HandlerContract:
     #: :attr:`pyproject` is set, then only when that distribution is installed.
     installed: ClassVar[bool | None] = None
     #: For a distribution tested from its source tree, perhaps not installed: its
-    #: ``pyproject.toml`` (absolute, or relative to the current directory), whose
-    #: ``[project.entry-points.accelkw]`` table must name :attr:`plugin_module`.
+    #: ``pyproject.toml``, whose ``[project.entry-points.accelkw]`` table must name
+    #: :attr:`plugin_module`. Absolute, or relative to the folder of the module that defines
+    #: the class setting it (your test file), never to the working directory:
+    #: ``"../pyproject.toml"`` from ``tests/test_x.py``.
     pyproject: ClassVar[str | os.PathLike[str] | None] = None
+
+    def pyproject_path(self) -> Path | None:
+        """:attr:`pyproject` resolved: an absolute path as it is, a relative one against the
+        folder of the module that defines the class setting it; ``None`` when unset.
+
+        A class defined where no source file exists (``exec``, a REPL) resolves a relative path
+        against the working directory.
+        """
+        if self.pyproject is None:
+            return None
+        path = Path(self.pyproject)
+        if path.is_absolute():
+            return path
+        owner = next(c for c in type(self).__mro__ if "pyproject" in vars(c))
+        module_file = getattr(sys.modules.get(owner.__module__), "__file__", None)
+        base = Path(module_file).resolve().parent if module_file else Path.cwd()
+        return Path(os.path.normpath(base / path))
 
     def instances(self) -> list[KwargsHandler]:
         """The default instance and one per example."""
@@ -174,15 +196,21 @@ class HandlerContract:
         assert info.cls is self.handler_class
 
     def test_entry_point_names_the_plugin_module(self) -> None:
-        if self.pyproject is not None:
-            values = _entry_point_values(Path(self.pyproject))
+        pyproject = self.pyproject_path()
+        if pyproject is not None:
+            if not pyproject.is_file():
+                raise AssertionError(
+                    f"pyproject = {str(self.pyproject)!r}: no file {pyproject} (a relative path "
+                    "is read from the folder of the test module that sets it)"
+                )
+            values = _entry_point_values(pyproject)
             assert self.plugin_module in values, (
-                f"{self.pyproject}: no [project.entry-points.accelkw] entry names "
+                f"{pyproject}: no [project.entry-points.accelkw] entry names "
                 f"{self.plugin_module!r}; found {values}"
             )
         installed = self.installed
         if installed is None:
-            installed = self.pyproject is None or _is_installed(Path(self.pyproject))
+            installed = pyproject is None or _is_installed(pyproject)
         if not installed:
             return
         import importlib_metadata
