@@ -708,3 +708,32 @@ def test_every_exception_class_of_the_core_lives_in_errors_py() -> None:
                 ):
                     found.append(f"{path.relative_to(REPO)}: {node.name}")
     assert found == []
+
+
+def test_step_index_counts_step_calls_and_taken_counts_steps_that_moved() -> None:
+    """``index``: the step() calls that ran the chain, skipped ones included; ``taken``: the
+    ones that changed the parameters; a non-syncing step() under accumulation counts in
+    neither."""
+    seen: list[tuple[int, int, bool]] = []
+
+    def skip_odd(step: StepContext, proceed: Callable[[], Any]) -> Any:
+        return None if step.index % 2 else proceed()  # skip the 2nd, 4th, ... call
+
+    def record(step: StepContext) -> None:
+        seen.append((step.index, step.taken, step.skipped))
+
+    grad_accum = pytest.importorskip("accelkw_grad_accum.plugin")  # the built-in, if installed
+    skipper = contributing("skipper", AROUND_STEP, skip_odd)
+    recorder = contributing("recorder", AFTER_STEP, record)
+    registry = isolated_registry([plugin_of(skipper, recorder), grad_accum])
+    acc = Accelerator(cpu=True, registry=registry, gradient_accumulation_steps=2)
+    model = torch.nn.Linear(2, 1)
+    model, opt = acc.prepare(model, torch.optim.SGD(model.parameters(), lr=0.1))
+    for _ in range(10):  # 10 micro-batches, 5 syncing steps
+        with acc.accumulate(model):
+            acc.backward(model(torch.ones(1, 2)).sum())
+            opt.step()
+            opt.zero_grad()
+    assert seen == [(0, 0, False), (1, 1, True), (2, 1, False), (3, 2, True), (4, 2, False)]
+    acc.end_training()
+    assert repr(StepContext(None, None, 3)) == "StepContext(index=3, taken=3, skipped=True)"

@@ -41,7 +41,8 @@ class AcceleratedOptimizer(torch.optim.Optimizer):  # type: ignore[misc]
         self._chain = chain
         self.gradient_state = gradient_state
         self._run = run
-        self._steps = 0
+        self._steps = 0  # step() calls that ran the chain: StepContext.index
+        self._taken = 0  # of those, the ones not skipped: StepContext.taken
         self._skipped = False
 
     @property
@@ -89,10 +90,11 @@ class AcceleratedOptimizer(torch.optim.Optimizer):  # type: ignore[misc]
         chain = self._chain
         if chain is None:
             return self.optimizer.step(closure) if closure is not None else self.optimizer.step()
-        step = StepContext(self.optimizer, closure, self._steps, self._run)
+        step = StepContext(self.optimizer, closure, self._steps, self._run, taken=self._taken)
         self._steps += 1
         result = chain(step)
         self._skipped = step.skipped
+        self._taken += 0 if step.skipped else 1
         return result
 
     @property
@@ -104,7 +106,7 @@ class AcceleratedOptimizer(torch.optim.Optimizer):  # type: ignore[misc]
         return self.__dict__
 
     def __setstate__(self, state: dict[str, Any]) -> None:
-        self.__dict__.update(state)
+        self.__dict__.update({"_taken": state.get("_steps", 0), **state})  # pickled before taken was counted
 
     def __repr__(self) -> str:
         return f"AcceleratedOptimizer({self.optimizer!r})"

@@ -19,8 +19,16 @@ class StepContext:
     """What an around-step or after-step contribution sees of one optimizer step.
 
     ``optimizer`` is the optimizer being stepped (after every optimizer wrapper, before the
-    runtime's own); ``closure`` the closure passed to ``step``; ``index`` counts the steps
-    taken through this optimizer, from 0. ``skipped`` is ``True`` once the step did not change
+    runtime's own); ``closure`` the closure passed to ``step``. Two counters, both of what came
+    before this step through this prepared optimizer, from 0:
+
+    - ``index``: the ``step()`` calls that ran the step chain, skipped steps included (a
+      ``step()`` during gradient accumulation that does not sync does nothing and is not
+      counted). It numbers the calls: ``0, 1, 2, ...`` whatever happened in them.
+    - ``taken``: the steps that changed the parameters (``index`` less the skipped ones). Under
+      fp16 a step the loss scaler skips moves ``index`` on but not ``taken``.
+
+    ``skipped`` is ``True`` once the step did not change
     the parameters: an around-step contribution did not call ``proceed()``. ``kwargs`` go to
     the innermost ``optimizer.step`` (a contribution may add some, as a loss scaler does
     for fused optimizers). ``run`` is the run's state (``None`` in a context built by hand).
@@ -32,7 +40,7 @@ class StepContext:
     ``if``.
     """
 
-    __slots__ = ("closure", "index", "kwargs", "optimizer", "run", "skipped")
+    __slots__ = ("closure", "index", "kwargs", "optimizer", "run", "skipped", "taken")
 
     def __init__(
         self,
@@ -40,10 +48,14 @@ class StepContext:
         closure: Callable[[], Any] | None,
         index: int,
         run: AcceleratorState | None = None,
+        *,
+        taken: int | None = None,
     ) -> None:
+        """``taken`` defaults to ``index`` (a context built by hand: no step was skipped)."""
         self.optimizer = optimizer
         self.closure = closure
         self.index = index
+        self.taken = index if taken is None else taken
         self.run = run
         self.kwargs: dict[str, Any] = {}
         self.skipped = True
@@ -65,7 +77,7 @@ class StepContext:
         return agree(flag, self.run, how)
 
     def __repr__(self) -> str:
-        return f"StepContext(index={self.index}, skipped={self.skipped})"
+        return f"StepContext(index={self.index}, taken={self.taken}, skipped={self.skipped})"
 
 
 #: ``around_step``: ``around(step, proceed) -> result``; not calling ``proceed()`` skips the step.
