@@ -106,7 +106,9 @@ class AcceleratedOptimizer(torch.optim.Optimizer):  # type: ignore[misc]
         return self.__dict__
 
     def __setstate__(self, state: dict[str, Any]) -> None:
-        self.__dict__.update({"_taken": state.get("_steps", 0), **state})  # pickled before taken was counted
+        self.__dict__.update(
+            {"_taken": state.get("_steps", 0), **state}
+        )  # pickled before taken was counted
 
     def __repr__(self) -> str:
         return f"AcceleratedOptimizer({self.optimizer!r})"
