@@ -329,3 +329,37 @@ def test_a_translation_of_a_field_that_does_not_exist_fails() -> None:
     refgen = load_refgen()
     with pytest.raises(refgen.DocsError, match="enabeld"):
         refgen.fields_table("autocast", "ar", {"enabeld": "نص"})
+
+
+NUMBER_WORDS = {
+    "one": 1, "two": 2, "three": 3, "four": 4, "five": 5, "six": 6, "seven": 7, "eight": 8,
+    "nine": 9, "ten": 10, "eleven": 11, "twelve": 12,
+}  # fmt: skip
+ARABIC_NUMBERS = {
+    "الخمسة": 5, "الستة": 6, "السبعة": 7, "الثمانية": 8, "التسعة": 9, "العشرة": 10,
+}  # fmt: skip
+# "the eight built-ins", "five built-in handler plugins", "8 built-in handlers", ...
+BUILTIN_COUNT = re.compile(
+    rf"\b({'|'.join(NUMBER_WORDS)}|\d+)\s+built-?ins?\b", flags=re.IGNORECASE
+)
+ARABIC_BUILTIN_COUNT = re.compile(rf"المعالجات(?:\s+المدمجة)?\s+({'|'.join(ARABIC_NUMBERS)})")
+
+
+def test_every_count_of_built_ins_in_the_docs_is_the_catalogs() -> None:
+    """A page that says how many built-ins there are says what the catalog holds (most pages
+    name no number, so adding a built-in changes nothing there)."""
+    from accelkw_core.discovery.catalog import BUILTINS
+
+    pages = [REPO / "README.md", *sorted((REPO / "docs").rglob("*.md"))]
+    wrong = []
+    for page in pages:
+        text = " ".join(page.read_text(encoding="utf-8").split())
+        for match in BUILTIN_COUNT.finditer(text):
+            word = match.group(1).lower()
+            count = int(word) if word.isdigit() else NUMBER_WORDS[word]
+            if count != len(BUILTINS):
+                wrong.append(f"{page.relative_to(REPO)}: {match.group(0)!r}")
+        for match in ARABIC_BUILTIN_COUNT.finditer(text):
+            if ARABIC_NUMBERS[match.group(1)] != len(BUILTINS):
+                wrong.append(f"{page.relative_to(REPO)}: {match.group(0)!r}")
+    assert not wrong, f"the catalog has {len(BUILTINS)} built-ins; the docs say: {wrong}"
