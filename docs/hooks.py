@@ -1,16 +1,18 @@
-"""MkDocs hooks: fill the reference markers from the code, and finish each language's site.
+"""MkDocs hooks: check the reference blocks, and finish each language's site.
 
 The site is built once per language by the i18n plugin (see mkdocs.yml): English from ``docs/``,
 Arabic from ``docs/ar/`` at the same paths. These hooks
 
-- expand the reference markers below, in the language of the page's source file;
+- check the reference blocks that ``docs/refsync.py`` writes into the committed pages between
+  their markers (a block never closed, or never filled, stops the build: run
+  ``python docs/refsync.py``); ``tests/test_docs.py`` fails when a block is stale;
 - put ``lang`` and ``dir`` on ``<html>`` (the theme puts ``dir`` only on ``<body>``);
 - mark a page that has no translation yet (the plugin falls back to the English file): its
   navigation title says so, a note in the site's language opens it, and its English text keeps
   ``lang="en" dir="ltr"`` inside the right-to-left page;
 - make the language switch links relative, so the site works under any path.
 
-Markers (HTML comments, so an unprocessed page shows nothing wrong):
+Markers (HTML comments, so a page shows nothing of them), each closed by ``<!-- /KIND -->``:
 
 - ``<!-- fields: NAME -->``: the field table of built-in handler ``NAME``. On a page under
   ``ar/`` the headings are Arabic, and ``field: text`` lines after the name (inside the same
@@ -24,8 +26,7 @@ Markers (HTML comments, so an unprocessed page shows nothing wrong):
   the built-ins whose plans contribute to it (found by planning them, see ``refgen``).
 - ``<!-- capabilities -->``: every capability a built-in's plan provides, with the built-ins.
 
-Any problem (a plugin not installed, an undocumented hook or field, an unknown marker) stops
-the build with a message that says what to fix: a page is never built with a hole in it.
+The build imports no plugin: what it publishes is what is committed.
 """
 
 from __future__ import annotations
@@ -34,10 +35,9 @@ import re
 from typing import Any
 
 import refgen  # docs/refgen.py: MkDocs puts this folder on sys.path while loading hooks
+import refsync  # docs/refsync.py, likewise
 from mkdocs.exceptions import PluginError
 
-MARKER = re.compile(r"<!--\s*([a-z]+)\s*(?::\s*(.*?))?\s*-->", re.S)
-KINDS = {"fields", "handler", "docstring", "handlers", "cli", "hooks", "points", "capabilities"}
 DEFAULT_LANG = "en"
 RTL_LANGS = {"ar"}
 
@@ -66,59 +66,19 @@ def _is_fallback(page: Any, config: Any) -> bool:
     return _lang(page) != _site_lang(config)
 
 
-def _translations(lines: list[str], where: str) -> dict[str, str]:
-    out = {}
-    for line in lines:
-        if not line.strip():
-            continue
-        field, sep, text = line.partition(":")
-        if not sep or not text.strip():
-            raise PluginError(f"{where}: expected 'field: description', got {line.strip()!r}")
-        out[field.strip()] = text.strip()
-    return out
-
-
-def _expand(kind: str, arg: str, page: Any) -> str:
-    lang = _lang(page)
-    where = page.file.src_uri
-    lines = arg.splitlines()
-    name = lines[0].strip() if lines else ""
-    if kind in ("fields", "handler", "docstring") and not name:
-        raise PluginError(f"{where}: <!-- {kind}: NAME --> needs a handler name")
-    if kind == "fields":
-        return refgen.fields_table(name, lang, _translations(lines[1:], where))
-    if kind == "handler":
-        return refgen.handler_summary(name, lang)
-    if kind == "docstring":
-        return refgen.handler_docstring(name)
-    if kind == "handlers":
-        in_folder = page.file.src_uri.rsplit("/", 1)[0].endswith("handlers")
-        return refgen.handlers_overview(lang, "" if in_folder else "handlers/")
-    if kind == "cli":
-        return refgen.cli_reference()
-    if kind == "points":
-        return refgen.points_table(lang)
-    if kind == "capabilities":
-        return refgen.capabilities_table(lang)
-    return refgen.hook_reference()
-
-
 def on_page_markdown(markdown: str, page: Any, **kwargs: Any) -> str:
-    def replace(match: re.Match[str]) -> str:
-        kind, arg = match.group(1), match.group(2) or ""
-        if kind not in KINDS:
-            if match.group(2) is None:
-                return match.group(0)  # an ordinary comment
-            raise PluginError(
-                f"{page.file.src_uri}: unknown marker <!-- {kind}: ... -->; "
-                f"known: {', '.join(sorted(KINDS))}"
-            )
-        try:
-            return _expand(kind, arg, page)
-        except refgen.DocsError as exc:
-            raise PluginError(f"{page.file.src_uri}: {exc}") from exc
-
-    return MARKER.sub(replace, markdown)
+    """Refuse a page with a reference block that was never closed or never filled."""
+    try:
+        for block in refsync.blocks(markdown, page.file.src_uri):
+            if not block.closed or not markdown[block.start : block.end].strip():
+                raise PluginError(
+                    f"{page.file.src_uri}: the <!-- {block.kind} --> block is "
+                    f"{'not closed' if not block.closed else 'empty'}; run "
+                    "python docs/refsync.py to write it"
+                )
+    except refgen.DocsError as exc:
+        raise PluginError(str(exc)) from exc
+    return markdown
 
 
 def on_page_content(html: str, page: Any, config: Any, **kwargs: Any) -> str:

@@ -1,10 +1,13 @@
 """Reference text generated from the code: handler tables, extension points, the CLI, the hooks.
 
-Used by ``docs/hooks.py`` at build time and by ``tests/test_docs.py``. It imports the core and
-the handler plugins, so a page can never disagree with the installed code; only the table of
+Used by ``docs/refsync.py``, which writes it into the committed pages between their markers, and
+by ``tests/test_docs.py``, which fails when a page is stale. It imports the core and the handler
+plugins, so a page can never disagree with the installed code; only the table of
 which built-in contributes to which extension point imports torch (it plans the built-ins, and
 a plan may build a torch object it would contribute). Every problem is a :class:`DocsError`
-whose message says what is missing and how to fix it.
+whose message says what is missing and how to fix it. Any subset of the built-ins may be
+installed: a table over all of them lists the installed ones and a note names the others, and
+asking for one that is not installed raises :class:`NotInstalled`.
 """
 
 from __future__ import annotations
@@ -29,6 +32,7 @@ __all__ = [
     "PLAN_STATES",
     "DocsError",
     "HookDoc",
+    "NotInstalled",
     "builtin_contributions",
     "capabilities_table",
     "cli_anchor",
@@ -42,6 +46,7 @@ __all__ = [
     "handlers_overview",
     "hook_docs",
     "hook_reference",
+    "missing_builtins",
     "points_table",
     "rst_to_md",
 ]
@@ -83,6 +88,7 @@ LABELS = {
         "providers": "Built-ins that provide it",
         "nobody": "—",
         "untranslated": "",
+        "missing": "Not installed when this table was generated, so not shown:",
     },
     "ar": {
         "field": "الحقل",
@@ -109,6 +115,7 @@ LABELS = {
         "providers": "المعالجات المدمجة التي توفرها",
         "nobody": "—",
         "untranslated": "(بالإنجليزية) ",
+        "missing": "غير مثبّتة عند توليد هذا الجدول، فلا تظهر فيه:",
     },
 }
 
@@ -118,6 +125,10 @@ log = logging.getLogger("mkdocs.hooks.refgen")
 
 class DocsError(Exception):
     """The docs cannot be generated from the installed code; the message says why."""
+
+
+class NotInstalled(DocsError):
+    """A built-in the text is about is not installed; the message has the install line."""
 
 
 # -- handlers --------------------------------------------------------------------------------
@@ -138,7 +149,7 @@ def handler_class(name: str) -> type:
     try:
         module = importlib.import_module(module_name)
     except ImportError as exc:
-        raise DocsError(
+        raise NotInstalled(
             f"the {name!r} handler page needs the {dist} distribution, which cannot be imported "
             f"({exc}). Install it (pip install -e plugins/{folder}) and build again; the field "
             "table is generated from the installed class, never copied."
@@ -147,6 +158,31 @@ def handler_class(name: str) -> type:
         if isinstance(value, type) and getattr(value, "name", None) == name:
             return value
     raise DocsError(f"{module_name} ({dist}) defines no handler class named {name!r}")
+
+
+def missing_builtins() -> tuple[str, ...]:
+    """The built-ins (registry names, catalog order) whose handler cannot be imported here."""
+    missing = []
+    for name in BUILTIN_HANDLERS:
+        try:
+            handler_class(name)
+        except NotInstalled:
+            missing.append(name)
+    return tuple(missing)
+
+
+def _installed_builtins() -> list[str]:
+    missing = set(missing_builtins())
+    return [name for name in BUILTIN_HANDLERS if name not in missing]
+
+
+def _missing_row(lang: str, columns: int) -> list[str]:
+    """A last table row naming the built-ins left out because they are not installed."""
+    missing = missing_builtins()
+    if not missing:
+        return []
+    names = ", ".join(f"`{name}` (`{_dist_of(name)}`)" for name in missing)
+    return ["| *" + LABELS[lang]["missing"] + "* " + names + " |" + " |" * (columns - 1)]
 
 
 def _fields(cls: type) -> Iterator[tuple[Any, bool]]:
@@ -287,7 +323,7 @@ def handlers_overview(lang: str = "en", link_prefix: str = "") -> str:
         f"{labels['fields']} |",
         "|---|---|---|---|",
     ]
-    for name in BUILTIN_HANDLERS:
+    for name in _installed_builtins():
         cls = handler_class(name)
         fields = ", ".join(f"`{spec.name}`" for spec, _ in _fields(cls))
         title = f"`{name}`"
@@ -296,7 +332,7 @@ def handlers_overview(lang: str = "en", link_prefix: str = "") -> str:
         else:
             log.info("built-in %r has no page docs/handlers/%s.md yet: listed unlinked", name, name)
         rows.append(f"| {title} | `{cls.__name__}` | `{_dist_of(name)}` | {fields} |")
-    return "\n".join(rows)
+    return "\n".join(rows + _missing_row(lang, 4))
 
 
 # -- extension points ------------------------------------------------------------------------
@@ -355,7 +391,10 @@ def builtin_contributions() -> dict[str, tuple[frozenset[str], frozenset[str]]]:
     from accelkw_core.testing import make_state
 
     found: dict[str, tuple[frozenset[str], frozenset[str]]] = {}
+    missing = missing_builtins()
     for builtin in BUILTINS:
+        if builtin.name in missing:
+            continue
         cls = handler_class(builtin.name)
         points: set[str] = set()
         provides: set[str] = set()
@@ -415,7 +454,7 @@ def points_table(lang: str = "en", link_prefix: str = "handlers/") -> str:
             _builtin_links(users, link_prefix) or labels["nobody"],
         )
         rows.append("| " + " | ".join(cells) + " |")
-    return "\n".join(rows)
+    return "\n".join(rows + _missing_row(lang, 7))
 
 
 def capabilities_table(lang: str = "en", link_prefix: str = "handlers/") -> str:
@@ -425,12 +464,12 @@ def capabilities_table(lang: str = "en", link_prefix: str = "handlers/") -> str:
     for name, (_, provides) in builtin_contributions().items():
         for capability in sorted(provides):
             providers.setdefault(capability, []).append(name)
-    if not providers:
-        raise DocsError("no built-in plan provides a capability: is any built-in installed?")
+    if not providers and not missing_builtins():
+        raise DocsError("no built-in plan provides a capability")
     rows = [f"| {labels['capability']} | {labels['providers']} |", "|---|---|"]
     for capability in sorted(providers):
         rows.append(f"| `{capability}` | {_builtin_links(providers[capability], link_prefix)} |")
-    return "\n".join(rows)
+    return "\n".join(rows + _missing_row(lang, 2))
 
 
 # -- the command line ------------------------------------------------------------------------

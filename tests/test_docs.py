@@ -79,6 +79,16 @@ def load_refgen() -> ModuleType:
     return module
 
 
+@functools.cache
+def load_refsync() -> ModuleType:
+    """``docs/refsync.py``, which writes the reference blocks into the pages; it imports
+    ``refgen`` from its own folder, as when run as a script."""
+    docs = str(REPO / "docs")
+    if docs not in sys.path:
+        sys.path.append(docs)
+    return importlib.import_module("refsync")
+
+
 def build_site(out: Path) -> subprocess.CompletedProcess[str]:
     """``mkdocs build --strict`` into ``out``, as CI runs it (no banner-silencing variable)."""
     if not MKDOCS.exists():
@@ -363,3 +373,70 @@ def test_every_count_of_built_ins_in_the_docs_is_the_catalogs() -> None:
             if ARABIC_NUMBERS[match.group(1)] != len(BUILTINS):
                 wrong.append(f"{page.relative_to(REPO)}: {match.group(0)!r}")
     assert not wrong, f"the catalog has {len(BUILTINS)} built-ins; the docs say: {wrong}"
+
+
+# -- the reference blocks committed in the pages ----------------------------------------------
+
+
+def test_every_reference_block_in_the_pages_is_fresh() -> None:
+    """What ``python docs/refsync.py`` would write is what is committed, for every block the
+    installed built-ins can generate (a block about one that is not installed is left out)."""
+    refsync = load_refsync()
+    stale, seen = [], 0
+    for path in refsync.pages():
+        rel = path.relative_to(REPO / "docs").as_posix()
+        text = path.read_text(encoding="utf-8")
+        for block in refsync.blocks(text, rel):
+            assert block.closed, f"docs/{rel}: <!-- {block.kind} --> is not closed"
+            if not refsync.comparable(block):
+                continue
+            seen += 1
+            committed = text[block.start : block.end].strip("\n")
+            if committed != refsync.expand(block, rel).strip("\n"):
+                stale.append(f"docs/{rel}: <!-- {block.kind}: {block.name} -->")
+    assert seen, "no reference block was compared"
+    assert not stale, f"stale reference blocks (run python docs/refsync.py): {stale}"
+
+
+def test_a_changed_table_is_found_stale_and_rewritten() -> None:
+    refsync = load_refsync()
+    text = "# Page\n\n<!-- fields: autocast -->\n\n| old |\n\n<!-- /fields -->\n\nafter\n"
+    new, kept = refsync.sync(text, "handlers/autocast.md")
+    assert kept == [] and new != text
+    assert "| `enabled` | `bool` | `True` |" in new and "| old |" not in new
+    assert new.endswith("<!-- /fields -->\n\nafter\n")
+    assert refsync.sync(new, "handlers/autocast.md") == (new, [])  # idempotent
+    opened = refsync.sync("<!-- cli -->\ntext after\n", "cli.md")[0]  # a block not closed yet
+    assert opened.startswith("<!-- cli -->\n\n## `accelkw`")
+    assert opened.endswith("\n\n<!-- /cli -->\ntext after\n")
+    with pytest.raises(refsync.MarkerError, match="unknown marker <!-- feilds"):
+        list(refsync.blocks("<!-- feilds: autocast -->\n", "x.md"))
+
+
+def test_the_generator_works_with_a_built_in_missing(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A built-in that cannot be imported: its own blocks keep their committed text, the tables
+    over every built-in list the others with a note naming it, and those tables are not
+    compared."""
+    refsync = load_refsync()
+    refgen = refsync.refgen
+    monkeypatch.setattr(refgen, "BUILTIN_HANDLERS", (*refgen.BUILTIN_HANDLERS, "nothere"))
+    monkeypatch.setitem(HANDLER_DISTRIBUTIONS, "nothere", "accelkw-nothere")
+    monkeypatch.setitem(REFERENCE_NAMES, "NotHereKwargs", ("accelkw_nothere", "accelkw-nothere"))
+    assert refgen.missing_builtins() == ("nothere",)
+    overview = refgen.handlers_overview("en").splitlines()
+    assert overview[-1] == (
+        "| *Not installed when this table was generated, so not shown:* "
+        "`nothere` (`accelkw-nothere`) | | | |"
+    )
+    assert any(line.startswith("| [`autocast`]") for line in overview)
+    assert "`nothere`" in refgen.points_table("ar").splitlines()[-1]
+    assert "`nothere`" in refgen.capabilities_table("en").splitlines()[-1]
+    page = (
+        "<!-- fields: nothere -->\n\nCOMMITTED\n\n<!-- /fields -->\n"
+        "<!-- handlers -->\n\n<!-- /handlers -->\n"
+    )
+    new, kept = refsync.sync(page, "handlers/index.md")
+    assert kept == ["fields: nothere", "handlers"]
+    assert "\n\nCOMMITTED\n\n" in new and "| *Not installed" in new
+    blocks = list(refsync.blocks(new, "handlers/index.md"))
+    assert [refsync.comparable(b) for b in blocks] == [False, False]
