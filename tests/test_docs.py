@@ -325,7 +325,7 @@ def test_the_generator_refuses_an_undocumented_hook() -> None:
     assert [hook.name for hook in refgen.hook_docs()] == [name for name, _ in hook_specs()]
 
 
-def test_a_missing_plugin_fails_the_build_with_the_install_line(
+def test_a_missing_plugin_is_named_with_its_install_line(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     refgen = load_refgen()

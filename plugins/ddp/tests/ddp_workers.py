@@ -45,10 +45,12 @@ def wrap(state: AcceleratorState, model: torch.nn.Module) -> Any:
     return model
 
 
-def train(model: Any, steps: int, rank: int | None, world_size: int) -> list[torch.Tensor]:
+def train(
+    model: Any, steps: int, rank: int | None, world_size: int, device: str = "cpu"
+) -> list[torch.Tensor]:
     """SGD steps; each rank takes its slice of the batch (``rank=None``: the whole batch).
 
-    Returns the gradients of every step, flattened, as the optimizer saw them.
+    Returns the gradients of every step, flattened, on the CPU, as the optimizer saw them.
     """
     optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
     grads = []
@@ -57,10 +59,11 @@ def train(model: Any, steps: int, rank: int | None, world_size: int) -> list[tor
         if rank is not None:
             part = BATCH // world_size
             x, y = x[rank * part : (rank + 1) * part], y[rank * part : (rank + 1) * part]
+        x, y = x.to(device), y.to(device)
         optimizer.zero_grad()
         torch.nn.functional.mse_loss(model(x), y).backward()
         grads.append(
-            torch.cat([p.grad.flatten() for p in model.parameters() if p.grad is not None])
+            torch.cat([p.grad.flatten() for p in model.parameters() if p.grad is not None]).cpu()
         )
         optimizer.step()
     return grads
@@ -107,21 +110,29 @@ def wrap_and_train(rank: int, steps: int) -> dict[str, Any]:
 
 
 def comm_hook_gradients(
-    rank: int, combos: list[tuple[str, str, dict[str, Any]]], steps: int
+    rank: int, combos: list[tuple[str, str, dict[str, Any]]], steps: int, backend: str = "gloo"
 ) -> dict[str, float]:
-    """Max |gradient difference| from plain DDP, over ``steps`` steps, for each hook setting."""
-    dist.init_process_group("gloo")
+    """Max |gradient difference| from plain DDP, over ``steps`` steps, for each hook setting.
+
+    ``backend="nccl"``: each rank trains on its own GPU (``cuda:<rank>``), where torch's bf16
+    hooks run; ``"gloo"``: on the CPU.
+    """
+    device = f"cuda:{rank}" if backend == "nccl" else "cpu"
+    if backend == "nccl":
+        torch.cuda.set_device(rank)
+    dist.init_process_group(backend)
     try:
         world_size = dist.get_world_size()
 
         def grads_with(handler: KwargsHandler) -> torch.Tensor:
-            state = apply_handler(handler, AcceleratorState.from_env(cpu=True))
+            facts = AcceleratorState.from_env(cpu=backend != "nccl")
+            state = apply_handler(handler, facts)
             # No unused parameters, so no find_unused_parameters: with it, DDP all-reduces its
             # used-parameter map from the autograd thread while PowerSGD's callbacks issue
             # all-reduces from gloo's threads, and the two can be ordered differently per rank.
-            base = make_model()
+            base = make_model().to(device)
             base.unused.requires_grad_(False)
-            return torch.stack(train(wrap(state, base), steps, rank, world_size))
+            return torch.stack(train(wrap(state, base), steps, rank, world_size, device))
 
         baseline = grads_with(DistributedDataParallelKwargs())
         out = {}

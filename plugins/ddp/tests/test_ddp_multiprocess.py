@@ -6,6 +6,9 @@ from typing import Any
 
 import ddp_workers as workers
 import pytest
+import torch
+import torch.distributed as dist
+from accelkw_ddp._comm_hooks import batched_power_sgd_broken, bf16_supported
 
 from accelkw_core.testing import run_workers
 
@@ -23,40 +26,78 @@ EXACT_POWER_SGD = {
     "min_compression_rate": 0,
 }
 
-BF16_REASON = (
-    "gloo/CPU: torch's bf16 compression hooks need CUDA with NCCL >= 2.10 (or XPU with XCCL); "
-    "the handler raises ConfigError at apply"
+# Where torch runs its bf16 compression hooks: CUDA with NCCL >= 2.10 (what the handler checks),
+# and two GPUs for two NCCL ranks. Elsewhere the handler raises ConfigError at apply (tested in
+# test_ddp.py), so these cases are skipped with the reason.
+TWO_NCCL_GPUS = (
+    torch.cuda.is_available() and torch.cuda.device_count() >= 2 and dist.is_nccl_available()
 )
+# Batched PowerSGD compresses a bucket as one square matrix (30 gradients padded to 6 x 6): a
+# rank as large as its side is exact up to float error.
+EXACT_BATCHED = {**EXACT_POWER_SGD, "matrix_approximation_rank": 6}
+BF16_RUNS = TWO_NCCL_GPUS and bf16_supported()
+BF16_REASON = (
+    "torch's bf16 compression hooks need CUDA with NCCL >= 2.10 (or XPU with XCCL) and this "
+    "test two GPUs; here the handler raises ConfigError at apply"
+)
+# Probed, not assumed: a torch that fixes batched_powerSGD_hook runs these cases on gloo.
+BATCHED_RUNS = not batched_power_sgd_broken()
 BATCHED_REASON = (
-    "torch 2.13's batched_powerSGD_hook fails once compression starts (a 2-D matrix reaches "
-    "_orthogonalize, which requires a batch) on every backend; the handler raises ConfigError"
+    f"torch {torch.__version__}'s batched_powerSGD_hook fails once compression starts (a 2-D "
+    "matrix reaches _orthogonalize, which requires a batch) on every backend; the handler "
+    "raises ConfigError"
 )
 
-# (comm_hook, comm_wrapper, comm_state_option); wrappers only apply to the PowerSGD hooks.
-SUPPORTED = [
-    ("fp16", "no", {}),
-    ("power_sgd", "no", EXACT_POWER_SGD),
-    ("power_sgd", "fp16", EXACT_POWER_SGD),
+# (comm_hook, comm_wrapper, comm_state_option, runs here, why not); wrappers only apply to the
+# PowerSGD hooks. The gloo cases run on the CPU, the bf16 ones on two GPUs over NCCL.
+GLOO_CASES = [
+    ("fp16", "no", {}, True, ""),
+    ("power_sgd", "no", EXACT_POWER_SGD, True, ""),
+    ("power_sgd", "fp16", EXACT_POWER_SGD, True, ""),
+    ("batched_power_sgd", "no", EXACT_BATCHED, BATCHED_RUNS, BATCHED_REASON),
+    ("batched_power_sgd", "fp16", EXACT_BATCHED, BATCHED_RUNS, BATCHED_REASON),
 ]
-UNSUPPORTED = [
-    ("bf16", "no", BF16_REASON),
-    ("power_sgd", "bf16", BF16_REASON),
-    ("batched_power_sgd", "no", BATCHED_REASON),
-    ("batched_power_sgd", "fp16", BATCHED_REASON),
-    ("batched_power_sgd", "bf16", BATCHED_REASON),
+NCCL_CASES = [
+    ("bf16", "no", {}, BF16_RUNS, BF16_REASON),
+    ("power_sgd", "bf16", EXACT_POWER_SGD, BF16_RUNS, BF16_REASON),
+    (
+        "batched_power_sgd",
+        "bf16",
+        EXACT_BATCHED,
+        BF16_RUNS and BATCHED_RUNS,
+        BF16_REASON if not BF16_RUNS else BATCHED_REASON,
+    ),
 ]
+
+
+def _runnable(cases: list[tuple[str, str, dict[str, Any], bool, str]]) -> list[Any]:
+    return [(h, w, o) for h, w, o, runs, _ in cases if runs]
 
 
 @pytest.fixture(scope="module")
 def hook_gradient_differences() -> dict[str, float]:
-    # One two-process run covers every supported combination (process start-up dominates).
-    return run_workers(workers.comm_hook_gradients, 2, args=(SUPPORTED, STEPS), timeout=120)[0]
+    # One run per backend covers its combinations (process start-up dominates).
+    out = run_workers(
+        workers.comm_hook_gradients, 2, args=(_runnable(GLOO_CASES), STEPS), timeout=120
+    )[0]
+    if _runnable(NCCL_CASES):
+        out.update(
+            run_workers(
+                workers.comm_hook_gradients,
+                2,
+                args=(_runnable(NCCL_CASES), STEPS, "nccl"),
+                timeout=300,
+            )[0]
+        )
+    return out
 
 
 @pytest.mark.parametrize(
     ("hook", "wrapper"),
-    [(h, w) for h, w, _ in SUPPORTED]
-    + [pytest.param(h, w, marks=pytest.mark.skip(reason=why)) for h, w, why in UNSUPPORTED],
+    [
+        pytest.param(h, w, marks=pytest.mark.skipif(not runs, reason=why))
+        for h, w, _, runs, why in GLOO_CASES + NCCL_CASES
+    ],
 )
 def test_comm_hooks_give_the_gradients_of_plain_ddp(
     hook_gradient_differences: dict[str, float], hook: str, wrapper: str
