@@ -526,14 +526,65 @@ def test_kill_9_of_the_launcher_takes_torchrun_and_every_worker_with_it(tmp_path
             os.kill(pid, signal.SIGKILL)
 
 
+def _environ_has(pid: int, entry: bytes) -> bool:
+    try:
+        return entry in Path(f"/proc/{pid}/environ").read_bytes()
+    except OSError:
+        return False
+
+
+def _cmdline_has(pid: int, part: bytes) -> bool:
+    try:
+        return part in Path(f"/proc/{pid}/cmdline").read_bytes()
+    except OSError:
+        return False
+
+
+# The worker writes started<rank> first, then imports torch (a second or more), then pid<rank>:
+# between the two files its interpreter is importing.
+IMPORTING = """
+import os, time
+rank = os.environ["RANK"]
+open(f"started{rank}", "w").close()
+import torch  # slow on purpose: the window a Ctrl-C lands in
+with open(f"pid{rank}.tmp", "w") as fh:
+    fh.write(str(os.getpid()))
+os.replace(f"pid{rank}.tmp", f"pid{rank}")
+time.sleep(120)
+"""
+
+
+def _wait_for_phase(tmp_path: Path, marker: str, phase: str, proc: subprocess.Popen[bytes]) -> str:
+    """Poll until the launch is in ``phase``; return what was seen, checked just before the
+    caller sends the Ctrl-C."""
+    deadline = time.monotonic() + 90
+    while True:
+        assert time.monotonic() < deadline and proc.poll() is None, f"never saw {phase!r}"
+        if phase == "torchrun starting":
+            pids = marked(marker)
+            agent = [p for p in pids if _cmdline_has(p, b"accelkw_core.cli.torchrun")]
+            workers = [p for p in pids if _environ_has(p, b"\0LOCAL_RANK=")]
+            if agent and not workers:
+                return f"agent {agent}, no worker"
+        else:
+            started = all((tmp_path / f"started{r}").exists() for r in (0, 1))
+            if started and not any((tmp_path / f"pid{r}").exists() for r in (0, 1)):
+                return "both workers started, neither past its imports"
+        time.sleep(0.01)
+
+
 @pytest.mark.multiprocess
-@pytest.mark.parametrize("delay", [0.3, 1.5])
-def test_an_early_ctrl_c_stops_everything_within_5_seconds(tmp_path: Path, delay: float) -> None:
-    script(tmp_path, "sleep.py", SLEEP)
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="reads /proc")
+@pytest.mark.parametrize("phase", ["torchrun starting", "workers importing"])
+def test_an_early_ctrl_c_stops_everything_within_5_seconds(tmp_path: Path, phase: str) -> None:
+    """A Ctrl-C while torchrun's agent starts (it runs, no worker does yet), or while the
+    workers import (each has started, none has reached its script's body): the phase is
+    observed before the signal is sent, and after it no worker ever ran past that phase."""
+    script(tmp_path, "sleep.py", IMPORTING)
     marker = f"accelkw-test-{os.getpid()}-{time.monotonic_ns()}"
     proc = start_marked(tmp_path, marker)
     try:
-        time.sleep(delay)  # torchrun is still starting, or its workers are importing
+        seen = _wait_for_phase(tmp_path, marker, phase, proc)
         sent = time.monotonic()
         os.killpg(proc.pid, signal.SIGINT)  # a terminal's Ctrl-C: the foreground group
         code = proc.wait(timeout=60)
@@ -541,6 +592,9 @@ def test_an_early_ctrl_c_stops_everything_within_5_seconds(tmp_path: Path, delay
         stopped = time.monotonic() - sent
         assert code == 130, proc.stderr.read().decode() if proc.stderr else ""
         assert left == [], "a process outlived the Ctrl-C"
+        # The phase held: no worker reached the body of its script.
+        ran = [f.name for f in tmp_path.glob("pid*") if not f.name.endswith(".tmp")]
+        assert ran == [], f"{phase}: workers ran past it ({ran}) though the test saw {seen}"
         # The issue's bound, a correctness one: torchrun alone waited 30 s for its workers.
         assert stopped < 5, stopped
     finally:
