@@ -15,10 +15,12 @@ UNIMPORTED = ("disabled", "incompatible")  # statuses whose plugin module is nev
 
 
 def add_parser(sub: Any) -> None:
-    plugins = sub.add_parser("plugins", help="list, inspect and create handler plugins")
+    plugins = sub.add_parser("plugins", help="list, inspect and create handler and tracker plugins")
     psub = plugins.add_subparsers(dest="plugins_command", metavar="ACTION", required=True)
 
-    lst = psub.add_parser("list", help="every installed plugin and handler, with its status")
+    lst = psub.add_parser(
+        "list", help="every installed plugin, handler and tracker, with its kind and status"
+    )
     lst.add_argument("--json", action="store_true", help="print a JSON array of plugin objects")
     lst.add_argument(
         "--strict",
@@ -80,6 +82,14 @@ def plugin_json(record: Any, fields: bool = True) -> dict[str, Any]:
         handlers.append(
             {"name": cls.name, "class": f"{cls.__module__}.{cls.__qualname__}", "fields": fields_of}
         )
+    trackers = [
+        {
+            "name": tcls.name,
+            "class": f"{tcls.__module__}.{tcls.__qualname__}",
+            "requires_logging_directory": tcls.requires_logging_directory,
+        }
+        for tcls in record.trackers
+    ]
     return {
         "name": record.name,
         "distribution": record.distribution,
@@ -88,7 +98,9 @@ def plugin_json(record: Any, fields: bool = True) -> dict[str, Any]:
         "error": record.error,
         "entry_point": record.entry_point,
         "load_ms": round(record.load_ms, 3),
+        "kinds": record.kinds,
         "handlers": handlers,
+        "trackers": trackers,
         "compat": _compat_json(record),
     }
 
@@ -167,13 +179,25 @@ def _print_listing(args: argparse.Namespace, listing: dict[str, Any]) -> int:
         for p in plugins:
             reason = p["error"]["message"] if p["error"] else ""
             common = [p["name"], p["distribution"] or "(code)", p["version"] or "-", p["status"]]
-            if p["handlers"] and p["status"] != "failed":
-                for h in sorted(p["handlers"], key=lambda h: str(h["name"])):
-                    rows.append([h["name"], h["class"].rsplit(".", 1)[-1], *common, reason])
+            contributed = [("handler", h) for h in p["handlers"]]
+            contributed += [("tracker", t) for t in p.get("trackers", ())]
+            if contributed and p["status"] != "failed":
+                for kind, c in sorted(contributed, key=lambda kc: (kc[0], str(kc[1]["name"]))):
+                    rows.append([kind, c["name"], c["class"].rsplit(".", 1)[-1], *common, reason])
             else:
-                rows.append(["-", "-", *common, reason])
-        rows.sort(key=lambda row: (row[0] == "-", row[0], row[2]))
-        headers = ["HANDLER", "CLASS", "PLUGIN", "DISTRIBUTION", "VERSION", "STATUS", "REASON"]
+                rows.append(["-", "-", "-", *common, reason])
+        # Handlers, then trackers, then plugins that contribute nothing (failed, disabled, ...).
+        rows.sort(key=lambda row: (row[0] == "-", row[0], row[1], row[3]))
+        headers = [
+            "KIND",
+            "NAME",
+            "CLASS",
+            "PLUGIN",
+            "DISTRIBUTION",
+            "VERSION",
+            "STATUS",
+            "REASON",
+        ]
         if rows:
             print(table(headers, rows))
         elif not listing["autoload"]:
