@@ -3,7 +3,8 @@
 ``Accelerator(log_with=...)`` chooses the trackers (:func:`accelkw_core.tracking.filter_trackers`);
 ``init_trackers`` builds the named ones from their installed classes, as Accelerate does from
 its table: ``cls(project_name, logging_dir, **init_kwargs[name])`` for a tracker that writes
-files, ``cls(project_name, **init_kwargs[name])`` otherwise. Every process builds them, and
+files, ``cls(project_name, **init_kwargs[name])`` otherwise (with ``logging_dir=`` for a
+tracker that ``accepts_logging_directory``, accelkw's one addition). Every process builds them, and
 each tracker's own ``main_process_only`` methods decide which process writes, so by default
 only the main process does (Accelerate's semantics).
 """
@@ -66,6 +67,8 @@ class TrackingAPI:
             # project name, and the logging folder after it for one that writes files).
             build: Callable[..., GeneralTracker] = cls
             kwargs = dict(init_kwargs.get(choice, {}))
+            if cls.accepts_logging_directory and self.logging_dir is not None:
+                kwargs.setdefault("logging_dir", self.logging_dir)
             if cls.requires_logging_directory:
                 self.trackers.append(build(project_name, self.logging_dir, **kwargs))
             else:

@@ -17,13 +17,12 @@ import functools
 import os
 import sys
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Any, Concatenate, ParamSpec, TypeVar
+from typing import TYPE_CHECKING, Any, ParamSpec, TypeVar
 
 __all__ = ["GeneralTracker", "is_main_process", "on_main_process"]
 
 P = ParamSpec("P")
 R = TypeVar("R")
-S = TypeVar("S")
 
 
 def is_main_process() -> bool:
@@ -40,21 +39,20 @@ def is_main_process() -> bool:
     return not raw.strip().isdigit() or int(raw) == 0
 
 
-def on_main_process(
-    function: Callable[Concatenate[S, P], R],
-) -> Callable[Concatenate[S, P], R | None]:
+def on_main_process(function: Callable[P, R]) -> Callable[P, R | None]:
     """Run the decorated method only on the main process when ``self.main_process_only``.
 
     Accelerate's decorator: the check happens at each call, so a tracker built before the
     process group exists still answers for the right process. On the other processes the
-    call does nothing and returns ``None``.
+    call does nothing and returns ``None``. Decorate methods: the first argument is ``self``.
     """
 
     @functools.wraps(function)
-    def execute_on_main_process(self: S, /, *args: P.args, **kwargs: P.kwargs) -> R | None:
-        if getattr(self, "main_process_only", False) and not is_main_process():
+    def execute_on_main_process(*args: P.args, **kwargs: P.kwargs) -> R | None:
+        owner = args[0] if args else None
+        if getattr(owner, "main_process_only", False) and not is_main_process():
             return None
-        return function(self, *args, **kwargs)
+        return function(*args, **kwargs)
 
     return execute_on_main_process
 
@@ -64,7 +62,8 @@ class GeneralTracker:
 
     A subclass sets ``name`` (what ``log_with`` and ``get_tracker`` call it),
     ``requires_logging_directory`` (whether ``init_trackers`` passes it the logging folder
-    after the project name) and a ``tracker`` property; constructing one that lacks any of
+    after the project name; ``accepts_logging_directory``: as ``logging_dir=`` when there is
+    one) and a ``tracker`` property; constructing one that lacks any of
     them raises ``NotImplementedError`` naming what is missing. ``main_process_only``
     (default ``True``) makes the :func:`on_main_process` methods run on the main process only.
 
@@ -86,6 +85,10 @@ class GeneralTracker:
     name: str
     requires_logging_directory: bool
     main_process_only: bool = True
+    #: accelkw's one addition to the contract: a tracker that does not need a logging folder
+    #: but can use one sets it, and ``init_trackers`` passes ``logging_dir=`` (the run's
+    #: logging folder, when it has one and ``init_kwargs`` gives none).
+    accepts_logging_directory: bool = False
 
     if TYPE_CHECKING:
 
