@@ -4,9 +4,9 @@
 ``init_trackers`` builds the named ones from their installed classes, as Accelerate does from
 its table: ``cls(project_name, logging_dir, **init_kwargs[name])`` for a tracker that writes
 files, ``cls(project_name, **init_kwargs[name])`` otherwise (with ``logging_dir=`` for a
-tracker that ``accepts_logging_directory``, accelkw's one addition). Every process builds them, and
-each tracker's own ``main_process_only`` methods decide which process writes, so by default
-only the main process does (Accelerate's semantics).
+tracker that ``accepts_logging_directory``, accelkw's one addition). As in Accelerate,
+``init_trackers`` and ``log`` act on the main process only: the other processes start no
+tracker, and their ``get_tracker`` is a blank ``GeneralTracker`` whose methods do nothing.
 """
 
 from __future__ import annotations
@@ -19,6 +19,7 @@ from accelkw_core.tracking.selection import LogWith, filter_trackers
 
 if TYPE_CHECKING:
     from accelkw_core.discovery.registry import Registry
+    from accelkw_core.runtime.state import AcceleratorState
 
 __all__ = ["TrackingAPI"]
 
@@ -31,6 +32,9 @@ class TrackingAPI:
     #: The trackers ``init_trackers`` started, in ``log_with``'s order.
     trackers: list[GeneralTracker]
     _tracker_classes: dict[str, type[GeneralTracker]]
+
+    if TYPE_CHECKING:
+        state: AcceleratorState
 
     if TYPE_CHECKING:
 
@@ -56,7 +60,10 @@ class TrackingAPI:
         ``config`` is stored as the run's hyperparameters; ``init_kwargs`` maps a tracker's
         name to the keyword arguments its constructor takes (``{"tensorboard":
         {"flush_secs": 60}}``). Tracker instances passed to ``log_with`` are started as they are.
+        Only the main process starts trackers (Accelerate's semantics).
         """
+        if self.state.rank != 0:
+            return
         init_kwargs = {} if init_kwargs is None else init_kwargs
         for choice in self.log_with:
             if isinstance(choice, GeneralTracker):
@@ -103,8 +110,11 @@ class TrackingAPI:
     ) -> None:
         """Write ``values`` at ``step`` to every started tracker.
 
-        ``log_kwargs`` maps a tracker's name to extra keyword arguments for its ``log``.
+        ``log_kwargs`` maps a tracker's name to extra keyword arguments for its ``log``. Only
+        the main process logs (the others have no started tracker).
         """
+        if self.state.rank != 0:
+            return
         log_kwargs = {} if log_kwargs is None else log_kwargs
         for tracker in self.trackers:
             tracker.log(values, step=step, **log_kwargs.get(tracker.name, {}))
