@@ -23,6 +23,7 @@ Markers (HTML comments, so an unprocessed page shows nothing wrong):
 - ``<!-- points -->``: every extension point of ``accelkw_core.runtime.points.POINTS``, with
   the built-ins whose plans contribute to it (found by planning them, see ``refgen``).
 - ``<!-- capabilities -->``: every capability a built-in's plan provides, with the built-ins.
+- ``<!-- trackers -->``: the built-in trackers, read from their installed plugins.
 
 Any problem (a plugin not installed, an undocumented hook or field, an unknown marker) stops
 the build with a message that says what to fix: a page is never built with a hole in it.
@@ -37,7 +38,17 @@ import refgen  # docs/refgen.py: MkDocs puts this folder on sys.path while loadi
 from mkdocs.exceptions import PluginError
 
 MARKER = re.compile(r"<!--\s*([a-z]+)\s*(?::\s*(.*?))?\s*-->", re.S)
-KINDS = {"fields", "handler", "docstring", "handlers", "cli", "hooks", "points", "capabilities"}
+KINDS = {
+    "fields",
+    "handler",
+    "docstring",
+    "handlers",
+    "cli",
+    "hooks",
+    "points",
+    "capabilities",
+    "trackers",
+}
 DEFAULT_LANG = "en"
 RTL_LANGS = {"ar"}
 
@@ -100,6 +111,8 @@ def _expand(kind: str, arg: str, page: Any) -> str:
         return refgen.points_table(lang)
     if kind == "capabilities":
         return refgen.capabilities_table(lang)
+    if kind == "trackers":
+        return refgen.trackers_table(lang)
     return refgen.hook_reference()
 
 

@@ -288,3 +288,26 @@ def test_two_distributions_claiming_one_tracker_name_conflict(site: Path) -> Non
         assert message.startswith("tracker name 'acme' is claimed by acme-")
         assert "acme-one (plugin 'one', class AcmeTracker)" in message
         assert "acme-two (plugin 'two', class AcmeTracker)" in message
+
+
+def test_a_tracker_whose_finish_raises_still_lets_the_run_end() -> None:
+    finished: list[str] = []
+
+    class Broken(Memory):
+        name = "broken"
+
+        def finish(self) -> None:
+            raise OSError("disk gone")
+
+    class Fine(Memory):
+        name = "fine"
+
+        def finish(self) -> None:
+            finished.append(self.name)
+
+    acc = Accelerator(cpu=True, log_with=[Broken(), Fine()], registry=isolated_registry())
+    acc.init_trackers("p")
+    with pytest.raises(OSError, match="disk gone"):
+        acc.end_training()
+    assert finished == ["fine"]
+    acc.end_training()  # once ended, nothing runs again

@@ -122,3 +122,32 @@ def custom_tracker_run(rank: int, name: str, root: str) -> dict[str, Any]:
         "every": every.calls,
         "files": files,
     }
+
+
+def mlflow_default_store(rank: int, name: str, root: str) -> list[str]:
+    """A run logged to MLflow with ``project_dir="logs"`` and no tracking URI set: the files made."""
+    os.environ.pop("MLFLOW_TRACKING_URI", None)
+    os.makedirs(root, exist_ok=True)
+    os.chdir(root)
+    if name == "accelerate":
+        from accelerate import Accelerator
+
+        accelerator: Any = Accelerator(cpu=True, log_with="mlflow", project_dir="logs")
+    else:
+        import accelkw_mlflow.plugin
+
+        from accelkw_core import Accelerator as Ours
+        from accelkw_core.testing import isolated_registry
+
+        accelerator = Ours(
+            cpu=True,
+            log_with="mlflow",
+            project_dir="logs",
+            registry=isolated_registry([accelkw_mlflow.plugin]),
+        )
+    accelerator.init_trackers(PROJECT)
+    accelerator.log({"loss": 0.5}, step=1)
+    accelerator.end_training()
+    return sorted(
+        os.path.relpath(os.path.join(d, f), root) for d, _, files in os.walk(root) for f in files
+    )

@@ -313,20 +313,21 @@ class Accelerator(PreparingAPI, AccumulationAPI, CheckpointAPI, TrackingAPI, Acc
     def end_training(self) -> None:
         """Finish the trackers, then run every handler's teardown in reverse order, once.
 
-        Later calls do nothing.
+        Later calls do nothing. A tracker whose ``finish`` raises does not stop the others or
+        the teardowns; the first such error is raised once they have run, as Accelerate
+        raises it.
         """
         if self._ended:
             return
         self._ended = True
         atexit.unregister(self._atexit)
-        for name, exc in self._finish_trackers():
-            warnings.warn(
-                f"finishing tracker {name!r} failed: {type(exc).__name__}: {exc}", stacklevel=2
-            )
+        tracker_failures = self._finish_trackers()
         for name, exc in self.state.run_teardowns():
             warnings.warn(
                 f"teardown of handler {name!r} failed: {type(exc).__name__}: {exc}", stacklevel=2
             )
+        if tracker_failures:
+            raise tracker_failures[0][1]
 
     def __enter__(self) -> Accelerator:
         return self
