@@ -42,9 +42,21 @@ def add_parser(sub: Any) -> None:
     show.set_defaults(func=cmd_show)
 
     new = psub.add_parser(
-        "new", help="create a plugin distribution: pyproject, handler, hook, README, tests"
+        "new",
+        help="create a plugin distribution: pyproject, handler (or tracker), hook, README, tests",
     )
-    new.add_argument("name", help="the handler's registry name: a lowercase identifier, e.g. seed")
+    new.add_argument(
+        "name",
+        help="the handler's registry name (or the tracker's name): a lowercase identifier, "
+        "e.g. seed",
+    )
+    new.add_argument(
+        "--kind",
+        choices=("handler", "tracker"),
+        default="handler",
+        help="what the plugin contributes: a kwargs handler (default) or a tracker for "
+        "Accelerator(log_with=...)",
+    )
     new.add_argument(
         "--dir",
         metavar="PATH",
@@ -275,18 +287,21 @@ def cmd_new(args: argparse.Namespace) -> int:
 
     from accelkw_core.tools.scaffold import PluginNames, scaffold_plugin
 
-    names = PluginNames.from_name(args.name)
-    files = scaffold_plugin(args.name, args.dir)
+    names = PluginNames.from_name(args.name, args.kind)
+    files = scaffold_plugin(args.name, args.dir, kind=args.kind)
     root = Path(args.dir) if args.dir is not None else Path.cwd() / names.distribution
     shown = os.path.relpath(root) if not os.path.relpath(root).startswith("..") else str(root)
     print(
         f"created plugin {names.name!r} (distribution {names.distribution}, "
-        f"handler {names.class_name}) in {shown}:"
+        f"{args.kind} {names.class_name}) in {shown}:"
     )
     for path in files:
         print(f"  {path.relative_to(root).as_posix()}")
     print("next:")
     print(f"  pip install -e {shown}")
     print(f"  pytest {os.path.join(shown, 'tests')}")
-    print(f"  accelkw plugins show {names.name}")
+    if args.kind == "handler":
+        print(f"  accelkw plugins show {names.name}")
+    else:
+        print("  accelkw plugins list")
     return 0

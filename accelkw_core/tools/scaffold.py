@@ -1,8 +1,8 @@
 """``accelkw plugins new``: write a working plugin distribution to start from.
 
 The folder holds a ``pyproject.toml`` with the ``accelkw`` entry point, a package with a handler
-dataclass and its registration hook, a README and tests that pass once the folder is installed
-(``pip install -e``). Names are checked first: a lowercase identifier that no installed plugin,
+dataclass (or, with ``kind="tracker"``, a ``GeneralTracker``) and its registration hook, a README
+and tests that pass once the folder is installed (``pip install -e``). Names are checked first: a lowercase identifier that no installed plugin,
 handler, distribution or module already uses.
 """
 
@@ -22,7 +22,10 @@ from accelkw_core.errors import ScaffoldError
 if TYPE_CHECKING:
     from accelkw_core.discovery.registry import Registry
 
-__all__ = ["PluginNames", "check_available", "check_name", "scaffold_plugin"]
+__all__ = ["KINDS", "PluginNames", "check_available", "check_name", "scaffold_plugin"]
+
+#: What ``plugins new --kind`` can write: a handler plugin or a tracker plugin.
+KINDS = ("handler", "tracker")
 
 _NAME = re.compile(r"^[a-z][a-z0-9_]*$")
 # Names whose package would be the core's own (``accelkw_core``) or read as a prefix twice.
@@ -36,16 +39,17 @@ class PluginNames:
     name: str  # registry name and entry-point name: my_seed
     distribution: str  # accelkw-my-seed
     package: str  # accelkw_my_seed
-    class_name: str  # MySeedKwargs
+    class_name: str  # MySeedKwargs (MySeedTracker for a tracker)
 
     @classmethod
-    def from_name(cls, name: str) -> PluginNames:
+    def from_name(cls, name: str, kind: str = "handler") -> PluginNames:
         check_name(name)
+        suffix = "Tracker" if kind == "tracker" else "Kwargs"
         return cls(
             name=name,
             distribution="accelkw-" + name.replace("_", "-"),
             package="accelkw_" + name,
-            class_name="".join(part.capitalize() for part in name.split("_") if part) + "Kwargs",
+            class_name="".join(part.capitalize() for part in name.split("_") if part) + suffix,
         )
 
 
@@ -105,10 +109,14 @@ def check_available(names: PluginNames, registry: Registry | None = None) -> Non
                 f"the name {names.name!r} is taken: the installed plugin {record.name!r} comes "
                 f"from {source}; choose another name"
             )
-        for cls in record.handlers:
-            if cls.name == names.name:
+        contributed: list[tuple[str, str, type]] = [
+            *(("handler", h.name, h) for h in record.handlers),
+            *(("tracker", t.name, t) for t in record.trackers),
+        ]
+        for kind, taken, cls in contributed:
+            if taken == names.name:
                 raise ScaffoldError(
-                    f"the name {names.name!r} is taken: handler {cls.name!r} "
+                    f"the name {names.name!r} is taken: {kind} {taken!r} "
                     f"({cls.__module__}.{cls.__qualname__}) comes from {source} "
                     f"(plugin {record.name!r}); choose another name"
                 )
@@ -131,10 +139,23 @@ def check_available(names: PluginNames, registry: Registry | None = None) -> Non
         )
 
 
-def render(names: PluginNames) -> dict[str, str]:
-    """The files of the new plugin: relative path -> text."""
-    from accelkw_core.discovery.compat import CORE_DISTRIBUTION, core_range_for
+def _templates(kind: str) -> dict[str, str]:
+    if kind == "tracker":
+        from accelkw_core.tools.scaffold_tracker_templates import TRACKER_FILES
+
+        return TRACKER_FILES
+    if kind != "handler":
+        raise ScaffoldError(f"invalid plugin kind {kind!r}: expected one of {', '.join(KINDS)}")
     from accelkw_core.tools.scaffold_templates import FILES
+
+    return FILES
+
+
+def render(names: PluginNames, kind: str = "handler") -> dict[str, str]:
+    """The files of the new plugin (a ``kind`` of :data:`KINDS`): relative path -> text."""
+    from accelkw_core.discovery.compat import CORE_DISTRIBUTION, core_range_for
+
+    files = _templates(kind)
 
     # The cores this one's plugin API holds for (docs/versioning.md): a core outside it lists
     # the plugin as incompatible instead of importing it.
@@ -147,7 +168,7 @@ def render(names: PluginNames) -> dict[str, str]:
     }
     return {
         Template(path).substitute(values): Template(text).substitute(values)
-        for path, text in FILES.items()
+        for path, text in files.items()
     }
 
 
@@ -155,15 +176,18 @@ def scaffold_plugin(
     name: str,
     directory: str | Path | None = None,
     *,
+    kind: str = "handler",
     registry: Registry | None = None,
     check_installed: bool = True,
 ) -> list[Path]:
     """Create plugin ``name`` in ``directory`` (default ``./accelkw-<name>``); return its files.
 
-    The folder must not exist or be empty. With ``check_installed`` (the default), a name an
-    installed plugin already uses is refused (see :func:`check_available`).
+    ``kind``: ``"handler"`` or ``"tracker"``. The folder must not exist or be empty. With
+    ``check_installed`` (the default), a name an installed plugin already uses is refused
+    (see :func:`check_available`).
     """
-    names = PluginNames.from_name(name)
+    _templates(kind)  # an unknown kind fails before anything is checked or written
+    names = PluginNames.from_name(name, kind)
     target = Path(directory) if directory is not None else Path.cwd() / names.distribution
     if target.exists():
         if not target.is_dir():
@@ -176,7 +200,7 @@ def scaffold_plugin(
     if check_installed:
         check_available(names, registry)
     written = []
-    for rel, text in render(names).items():
+    for rel, text in render(names, kind).items():
         path = target / rel
         path.parent.mkdir(parents=True, exist_ok=True)
         path.write_text(text, encoding="utf-8")
