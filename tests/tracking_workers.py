@@ -151,3 +151,25 @@ def mlflow_default_store(rank: int, name: str, root: str) -> list[str]:
     return sorted(
         os.path.relpath(os.path.join(d, f), root) for d, _, files in os.walk(root) for f in files
     )
+
+
+def all_installed_run(rank: int, root: str) -> dict[str, Any]:
+    """``log_with="all"`` with the installed trackers (read from the entry points)."""
+    os.environ.pop("MLFLOW_TRACKING_URI", None)
+    os.chdir(root)
+    from accelkw_core import Accelerator
+    from accelkw_core.discovery.registry import Registry
+
+    registry = Registry(allow=["tensorboard", "mlflow"])
+    accelerator = Accelerator(cpu=True, log_with="all", project_dir="logs", registry=registry)
+    accelerator.init_trackers(PROJECT, config={"lr": 0.5})
+    for step in range(3):
+        accelerator.log({"loss": 1.0 / (step + 1)}, step=step)
+    run = accelerator.get_tracker("mlflow", unwrap=True)
+    out = {
+        "log_with": list(accelerator.log_with),
+        "trackers": [type(t).__name__ for t in accelerator.trackers],
+        "run_id": run.info.run_id,
+    }
+    accelerator.end_training()
+    return out

@@ -40,7 +40,7 @@ def test_a_tracker_that_is_not_installed_is_refused_where_accelerate_logs_nothin
     AcceleratorState._reset_state(reset_partial_state=True)
     GradientState._reset_state()
 
-    with pytest.raises(ConfigError, match="accelerator.log_with: got 'wandb'"):
+    with pytest.raises(ConfigError, match=r"accelerator\.log_with: got 'wandb'"):
         Accelerator(cpu=True, log_with="wandb", registry=isolated_registry())
     listed("tracker-not-installed-refused")
 
