@@ -35,6 +35,7 @@ from accelkw_core.discovery.records import (
 )
 from accelkw_core.errors import (
     ConfigWarning,
+    InvalidTrackerError,
     PluginError,
     UnknownHandlerError,
     suggest,
@@ -256,7 +257,7 @@ class Registry:
         except pluggy.PluginValidationError as exc:  # a hook's signature or options
             self._reject(record, plugin, type(exc).__name__, exception_text(exc))
             return
-        except _TrackerRefused as exc:  # register() got something that is not a tracker class
+        except InvalidTrackerError as exc:  # register() got something that is not a tracker class
             self._reject(record, plugin, "InvalidTracker", exc.reason)
             return
         except PluginError as exc:  # register() got something that is not a handler class
@@ -303,7 +304,7 @@ class Registry:
             )
         reason = check_tracker_class(cls)
         if reason is not None:
-            raise _TrackerRefused(record.name, record.distribution, reason)
+            raise InvalidTrackerError(record.name, record.distribution, reason)
         if cls not in record.trackers:
             record.trackers.append(cls)
 
@@ -436,10 +437,6 @@ class Registry:
                 continue
             out[name] = owners[0]
         return out
-
-
-class _TrackerRefused(PluginError):
-    """``register`` of ``accelkw_register_trackers`` refused a class (recorded ``InvalidTracker``)."""
 
 
 def _raising_hook(exc: BaseException) -> str:

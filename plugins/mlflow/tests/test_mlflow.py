@@ -41,6 +41,16 @@ def read_run(uri: str, run_id: str) -> dict[str, Any]:
     }
 
 
+@pytest.fixture(scope="module")
+def store(tmp_path_factory: pytest.TempPathFactory) -> str:
+    """One SQLite store for the module's runs: creating one runs MLflow's migrations (seconds).
+
+    Runs are told apart by their ids; a second run of one experiment name reuses it, in both
+    trackers.
+    """
+    return f"sqlite:///{tmp_path_factory.mktemp('mlflow') / 'shared.db'}"
+
+
 def run(framework: str, root: Path, world_size: int, env: dict[str, str]) -> list[dict[str, Any]]:
     results: list[dict[str, Any]] = run_workers(
         workers.tracking_run, world_size, args=(framework, str(root)), env=env, timeout=300
@@ -50,15 +60,17 @@ def run(framework: str, root: Path, world_size: int, env: dict[str, str]) -> lis
 
 @pytest.mark.multiprocess
 @pytest.mark.parametrize("world_size", [1, 2])
-def test_a_tracking_run_logs_what_accelerate_logs(tmp_path: Path, world_size: int) -> None:
+def test_a_tracking_run_logs_what_accelerate_logs(
+    tmp_path: Path, world_size: int, store: str
+) -> None:
     # Accelerate's tracker puts the store where MLflow's default is (the working directory):
-    # both are given one explicitly, so the comparison reads two stores of the same kind.
-    uri_ours = f"sqlite:///{tmp_path / 'ours.db'}"
-    uri_theirs = f"sqlite:///{tmp_path / 'theirs.db'}"
-    ours = run("accelkw", tmp_path / "ours", world_size, {"MLFLOW_TRACKING_URI": uri_ours})
-    theirs = run("accelerate", tmp_path / "theirs", world_size, {"MLFLOW_TRACKING_URI": uri_theirs})
-    read_ours = read_run(uri_ours, ours[0]["run_id"])
-    read_theirs = read_run(uri_theirs, theirs[0]["run_id"])
+    # both are given one explicitly (MLFLOW_TRACKING_URI, which both honour).
+    env = {"MLFLOW_TRACKING_URI": store}
+    ours = run("accelkw", tmp_path / "ours", world_size, env)
+    theirs = run("accelerate", tmp_path / "theirs", world_size, env)
+    assert ours[0]["run_id"] != theirs[0]["run_id"]
+    read_ours = read_run(store, ours[0]["run_id"])
+    read_theirs = read_run(store, theirs[0]["run_id"])
     assert read_ours == read_theirs
     assert read_ours["experiment"] == workers.PROJECT
     assert read_ours["params"] == {k: str(v) for k, v in workers.CONFIG.items()}
@@ -85,11 +97,11 @@ def test_the_store_is_under_the_logging_folder_unless_a_uri_is_set(tmp_path: Pat
 
 
 def test_tracking_uri_from_the_environment_is_honoured(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, store: str
 ) -> None:
     import mlflow
 
-    uri = f"sqlite:///{tmp_path / 'elsewhere.db'}"
+    uri = store
     monkeypatch.setenv("MLFLOW_TRACKING_URI", uri)
     logs = tmp_path / "logs"
     tracker = MLflowTracker("honoured", logging_dir=str(logs))
