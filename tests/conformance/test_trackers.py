@@ -16,7 +16,7 @@ import pytest
 
 from accelkw_core import Accelerator
 from accelkw_core.errors import ConfigError
-from accelkw_core.testing import isolated_registry, run_workers
+from accelkw_core.testing import isolated_registry
 from tests import tracking_workers as workers
 from tests.conformance.differences import listed
 
@@ -64,16 +64,24 @@ def test_all_without_a_logging_folder_is_refused_at_construction(
     listed("tracker-logging-dir-checked-for-all")
 
 
-@pytest.mark.multiprocess
 def test_mlflow_keeps_its_store_under_the_logging_folder(
-    accelerate: ModuleType, tmp_path: Path
+    accelerate: ModuleType, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    (ours,) = run_workers(
-        workers.mlflow_default_store, 1, args=("accelkw", str(tmp_path / "ours")), timeout=240
-    )
-    (theirs,) = run_workers(
-        workers.mlflow_default_store, 1, args=("accelerate", str(tmp_path / "theirs")), timeout=240
-    )
+    import mlflow
+    from accelerate.state import AcceleratorState, GradientState
+
+    monkeypatch.chdir(tmp_path)  # the runs change directory; put it back after
+    monkeypatch.delenv("MLFLOW_TRACKING_URI", raising=False)
+    ours = workers.mlflow_default_store(0, "accelkw", str(tmp_path / "ours"))
+    mlflow.set_tracking_uri(None)  # back to MLflow's default, which Accelerate's run uses
+    AcceleratorState._reset_state(reset_partial_state=True)
+    GradientState._reset_state()
+    try:
+        theirs = workers.mlflow_default_store(0, "accelerate", str(tmp_path / "theirs"))
+    finally:
+        AcceleratorState._reset_state(reset_partial_state=True)
+        GradientState._reset_state()
+        mlflow.set_tracking_uri(None)
     assert "logs/mlflow.db" in ours and "mlflow.db" not in ours
     assert "mlflow.db" in theirs and "logs/mlflow.db" not in theirs
     listed("mlflow-store-under-logging-dir")
