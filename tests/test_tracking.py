@@ -110,6 +110,11 @@ def test_names_lists_all_and_instances(tmp_path: Path) -> None:
         MEMORY = "memory"
 
     assert filter_trackers(LoggerType.MEMORY, None, registry) == ["memory"]
+    from accelkw_core.utils import LoggerType as AccelerateNames
+
+    assert filter_trackers([AccelerateNames.ALL], tmp_path, registry) == ["files", "memory"]
+    with pytest.raises(ConfigError, match="got 'tensorboard'"):
+        filter_trackers(AccelerateNames.TENSORBOARD, None, registry)
 
 
 def test_init_trackers_builds_installed_trackers_as_accelerate_does(tmp_path: Path) -> None:
@@ -311,3 +316,19 @@ def test_a_tracker_whose_finish_raises_still_lets_the_run_end() -> None:
         acc.end_training()
     assert finished == ["fine"]
     acc.end_training()  # once ended, nothing runs again
+
+
+def test_plugins_show_describes_a_tracker(site: Path) -> None:
+    write_dist(site, "acme-tracker", {"acme": "acme_tracker"}, {"acme_tracker.py": THIRD_PARTY})
+    env = {"ACCELKW_PLUGINS": "acme"}
+    shown = run_accelkw(["plugins", "show", "acme", "--json"], site=site, env=env)
+    assert shown.returncode == 0, shown.stderr
+    data = shown.json()
+    assert (data["kind"], data["class"], data["distribution"]) == (
+        "tracker",
+        "acme_tracker.AcmeTracker",
+        "acme-tracker",
+    )
+    assert data["options"] == [{"name": "run_name", "default": None}]
+    text = run_accelkw(["plugins", "show", "acme"], site=site, env=env).stdout
+    assert text.splitlines()[0] == "acme: acme_tracker.AcmeTracker (tracker)"

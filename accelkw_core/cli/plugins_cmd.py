@@ -36,8 +36,13 @@ def add_parser(sub: Any) -> None:
     )
     lst.set_defaults(func=cmd_list)
 
-    show = psub.add_parser("show", help="a handler's fields, types, defaults and documentation")
-    show.add_argument("name", help="the handler's registry name, e.g. autocast")
+    show = psub.add_parser(
+        "show",
+        help="a handler's fields, types, defaults and documentation (or a tracker's options)",
+    )
+    show.add_argument(
+        "name", help="the handler's registry name, e.g. autocast, or a tracker's, e.g. mlflow"
+    )
     show.add_argument("--json", action="store_true", help="print JSON")
     show.set_defaults(func=cmd_show)
 
@@ -234,6 +239,9 @@ def cmd_show(args: argparse.Namespace) -> int:
     from accelkw_core.errors import PluginError, UnknownHandlerError
 
     registry = get_registry()
+    tracker = registry.trackers().get(args.name)
+    if tracker is not None and args.name not in registry.handlers():
+        return _show_tracker(args, tracker)
     try:
         info = registry.get(args.name)
     except UnknownHandlerError:
@@ -304,4 +312,48 @@ def cmd_new(args: argparse.Namespace) -> int:
         print(f"  accelkw plugins show {names.name}")
     else:
         print("  accelkw plugins list")
+    return 0
+
+
+def _show_tracker(args: argparse.Namespace, info: Any) -> int:
+    """``plugins show`` for a tracker: its class, distribution and constructor options."""
+    import inspect
+
+    cls = info.cls
+    params = list(inspect.signature(cls.__init__).parameters.values())[1:]
+    options = [
+        {"name": p.name, "default": None if p.default is p.empty else jsonable(p.default)}
+        for p in params
+        if p.kind not in (p.VAR_POSITIONAL, p.VAR_KEYWORD)
+    ]
+    data: dict[str, Any] = {
+        "name": info.name,
+        "kind": "tracker",
+        "class": f"{cls.__module__}.{cls.__qualname__}",
+        "plugin": info.plugin,
+        "distribution": info.distribution,
+        "version": info.version,
+        "requires_logging_directory": cls.requires_logging_directory,
+        "accepts_logging_directory": cls.accepts_logging_directory,
+        "main_process_only": cls.main_process_only,
+        "doc": inspect.cleandoc(cls.__doc__ or ""),
+        "options": options,
+    }
+    if args.json:
+        print_json(data)
+        return 0
+    print(f"{info.name}: {data['class']} (tracker)")
+    source = f"{info.distribution or '(code)'} {info.version or ''}".rstrip()
+    print(f"  provided by plugin {info.plugin!r} from {source}")
+    if cls.requires_logging_directory:
+        print("  writes under the logging folder (project_dir= or ProjectConfiguration)")
+    elif cls.accepts_logging_directory:
+        print("  writes under the logging folder when the run has one")
+    if data["doc"]:
+        print()
+        for line in str(data["doc"]).splitlines():
+            print(f"  {line}".rstrip())
+    print()
+    rows = [[str(o["name"]), "-" if o["default"] is None else repr(o["default"])] for o in options]
+    print(table(["OPTION", "DEFAULT"], rows))
     return 0

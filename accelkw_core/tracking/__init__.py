@@ -6,12 +6,19 @@ name (or ``"all"``) and takes ``GeneralTracker`` instances as they are.
 """
 
 from accelkw_core.tracking.base import GeneralTracker, is_main_process, on_main_process
-from accelkw_core.tracking.selection import ALL, LogWith, TrackerChoice, filter_trackers
+from accelkw_core.tracking.selection import (
+    ALL,
+    LoggerType,
+    LogWith,
+    TrackerChoice,
+    filter_trackers,
+)
 
 __all__ = [
     "ALL",
     "GeneralTracker",
     "LogWith",
+    "LoggerType",
     "TrackerChoice",
     "filter_trackers",
     "is_main_process",

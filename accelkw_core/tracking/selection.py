@@ -21,9 +21,33 @@ from accelkw_core.tracking.base import GeneralTracker
 if TYPE_CHECKING:
     from accelkw_core.discovery.registry import Registry
 
-__all__ = ["ALL", "LogWith", "TrackerChoice", "filter_trackers"]
+__all__ = ["ALL", "LogWith", "LoggerType", "TrackerChoice", "filter_trackers"]
 
 ALL = "all"
+
+
+class LoggerType(str, enum.Enum):
+    """Accelerate's ``LoggerType``: its tracker names as an enum (``log_with=LoggerType.ALL``).
+
+    Only spelling: whether a name can be used depends on the installed tracker plugins, and
+    any installed tracker's name works as a plain string too.
+    """
+
+    ALL = "all"
+    AIM = "aim"
+    TENSORBOARD = "tensorboard"
+    WANDB = "wandb"
+    TRACKIO = "trackio"
+    COMETML = "comet_ml"
+    MLFLOW = "mlflow"
+    CLEARML = "clearml"
+    DVCLIVE = "dvclive"
+    SWANLAB = "swanlab"
+
+    def __str__(self) -> str:
+        return self.value
+
+
 #: One entry of ``log_with``: a tracker name (or an enum whose value is one, such as
 #: Accelerate's ``LoggerType``) or a tracker instance.
 TrackerChoice: TypeAlias = str | enum.Enum | GeneralTracker
@@ -32,10 +56,10 @@ LogWith: TypeAlias = TrackerChoice | Sequence[TrackerChoice] | None
 
 
 def _name_of(choice: object) -> str | None:
+    if isinstance(choice, enum.Enum):  # LoggerType (a str too): its value is the name
+        return choice.value if isinstance(choice.value, str) else None
     if isinstance(choice, str):
         return choice
-    if isinstance(choice, enum.Enum) and isinstance(choice.value, str):
-        return choice.value
     return None
 
 
