@@ -18,6 +18,7 @@ __all__ = [
     "ConfigWarning",
     "HandlerApplyError",
     "IncompatiblePluginWarning",
+    "InvalidTrackerError",
     "Mismatch",
     "MissingPluginWarning",
     "PluginError",
@@ -119,6 +120,13 @@ class PluginError(AccelkwError):
         self.reason = reason
         dist = f" (distribution {distribution})" if distribution else ""
         super().__init__(f"plugin {plugin!r}{dist}: {reason}")
+
+
+class InvalidTrackerError(PluginError):
+    """``register`` of ``accelkw_register_trackers`` got something that is not a tracker class.
+
+    The registry records the plugin ``failed`` with the type ``InvalidTracker``.
+    """
 
 
 class UnknownHandlerError(AccelkwError, LookupError):

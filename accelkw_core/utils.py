@@ -14,8 +14,15 @@ from accelkw_core.discovery.catalog import REFERENCE_NAMES
 from accelkw_core.handlers.base import KwargsHandler
 from accelkw_core.runtime.processes import DistributedType
 from accelkw_core.runtime.project import ProjectConfiguration
+from accelkw_core.tracking.selection import LoggerType
 
-__all__ = ["DistributedType", "KwargsHandler", "ProjectConfiguration", *REFERENCE_NAMES]
+__all__ = [
+    "DistributedType",
+    "KwargsHandler",
+    "LoggerType",
+    "ProjectConfiguration",
+    *REFERENCE_NAMES,
+]
 
 
 def __getattr__(name: str) -> Any:

@@ -25,6 +25,7 @@ Markers (HTML comments, so a page shows nothing of them), each closed by ``<!-- 
 - ``<!-- points -->``: every extension point of ``accelkw_core.runtime.points.POINTS``, with
   the built-ins whose plans contribute to it (found by planning them, see ``refgen``).
 - ``<!-- capabilities -->``: every capability a built-in's plan provides, with the built-ins.
+- ``<!-- trackers -->``: the built-in trackers, read from their installed plugins.
 
 The build imports no plugin: what it publishes is what is committed.
 """

@@ -49,6 +49,7 @@ __all__ = [
     "missing_builtins",
     "points_table",
     "rst_to_md",
+    "trackers_table",
 ]
 
 
@@ -89,6 +90,11 @@ LABELS = {
         "nobody": "—",
         "untranslated": "",
         "missing": "Not installed when this table was generated, so not shown:",
+        "tracker": "Tracker (`log_with=`)",
+        "folder": "Where it writes",
+        "needs_dir": "under `logging_dir` (required)",
+        "takes_dir": "under `logging_dir` when set",
+        "no_dir": "its own service",
     },
     "ar": {
         "field": "الحقل",
@@ -116,6 +122,11 @@ LABELS = {
         "nobody": "—",
         "untranslated": "(بالإنجليزية) ",
         "missing": "غير مثبّتة عند توليد هذا الجدول، فلا تظهر فيه:",
+        "tracker": "المتتبِّع (`log_with=`)",
+        "folder": "أين يكتب",
+        "needs_dir": "تحت `logging_dir` (مطلوب)",
+        "takes_dir": "تحت `logging_dir` إن وُجد",
+        "no_dir": "خدمته الخاصة",
     },
 }
 
@@ -333,6 +344,52 @@ def handlers_overview(lang: str = "en", link_prefix: str = "") -> str:
             log.info("built-in %r has no page docs/handlers/%s.md yet: listed unlinked", name, name)
         rows.append(f"| {title} | `{cls.__name__}` | `{_dist_of(name)}` | {fields} |")
     return "\n".join(rows + _missing_row(lang, 4))
+
+
+def trackers_installed() -> bool:
+    """Whether every built-in tracker's plugin is importable."""
+    import importlib.util
+
+    from accelkw_core.discovery.catalog import TRACKER_DISTRIBUTIONS
+
+    return all(
+        importlib.util.find_spec(dist.replace("-", "_")) is not None
+        for dist in TRACKER_DISTRIBUTIONS.values()
+    )
+
+
+def trackers_table(lang: str = "en") -> str:
+    """A table of the built-in trackers, each read from its installed plugin's registration."""
+    import importlib
+
+    from accelkw_core.discovery.catalog import TRACKER_DISTRIBUTIONS
+    from accelkw_core.testing import isolated_registry
+
+    labels = LABELS[lang]
+    rows = [
+        f"| {labels['tracker']} | {labels['class']} | {labels['distribution']} | "
+        f"{labels['folder']} |",
+        "|---|---|---|---|",
+    ]
+    for name, dist in TRACKER_DISTRIBUTIONS.items():
+        module = f"{dist.replace('-', '_')}.plugin"
+        try:
+            plugin = importlib.import_module(module)
+        except ImportError as exc:
+            raise NotInstalled(f"tracker {name!r}: {dist} is not installed ({exc})") from exc
+        info = isolated_registry([plugin]).trackers().get(name)
+        if info is None:
+            raise DocsError(f"tracker {name!r}: {module} registers no tracker of that name")
+        cls = info.cls
+        if cls.requires_logging_directory:
+            where = labels["needs_dir"]
+        elif cls.accepts_logging_directory:
+            where = labels["takes_dir"]
+        else:
+            where = labels["no_dir"]
+        package = cls.__module__.split(".")[0]
+        rows.append(f"| `{name}` | `{package}.{cls.__name__}` | `{dist}` | {where} |")
+    return "\n".join(rows)
 
 
 # -- extension points ------------------------------------------------------------------------

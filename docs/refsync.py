@@ -36,7 +36,17 @@ import refgen  # docs/refgen.py, next to this file (a script's folder is on sys.
 __all__ = ["KINDS", "Block", "blocks", "expand", "main", "page_lang", "pages", "sync"]
 
 KINDS = frozenset(
-    {"fields", "handler", "docstring", "handlers", "cli", "hooks", "points", "capabilities"}
+    {
+        "fields",
+        "handler",
+        "docstring",
+        "handlers",
+        "cli",
+        "hooks",
+        "points",
+        "capabilities",
+        "trackers",
+    }
 )
 PER_HANDLER = frozenset({"fields", "handler", "docstring"})
 # Tables over every built-in: with some not installed they carry a note, so they are compared
@@ -135,6 +145,8 @@ def expand(block: Block, rel: str) -> str:
         return refgen.points_table(lang)
     if kind == "capabilities":
         return refgen.capabilities_table(lang)
+    if kind == "trackers":
+        return refgen.trackers_table(lang)
     return refgen.hook_reference()
 
 
@@ -143,6 +155,8 @@ def comparable(block: Block) -> bool:
     missing = refgen.missing_builtins()
     if block.kind in PER_HANDLER:
         return block.name not in missing
+    if block.kind == "trackers":
+        return refgen.trackers_installed()
     return not (block.kind in ALL_BUILTINS and missing)
 
 

@@ -67,7 +67,8 @@ def test_plugins_show_keeps_the_indentation_of_docstring_examples(site: Path) ->
 
 
 def test_help_texts_say_what_the_commands_do() -> None:
-    new = " ".join(run_accelkw(["plugins", "new", "--help"]).stdout.split())
+    new = " ".join(run_accelkw(["plugins", "new", "--help"]).stdout.split())  # argparse wraps
+    assert "--kind {handler,tracker}" in new
     assert "./accelkw-NAME, with NAME's" in new and "accelkw-" in new and "grad-clip" in new
     demo = run_accelkw(["demo", "--help"]).stdout
     # Python 3.13's argparse writes the metavar once, after the last spelling.

@@ -54,8 +54,9 @@ def test_rows_are_sorted_by_handler(site: Path) -> None:
             site, f"acme-{name}", {name: f"acme_{name}"}, {f"acme_{name}.py": good_plugin(name)}
         )
     out = run_accelkw(["plugins", "list"], site=site).stdout.splitlines()[1:]
-    handlers = [line.split()[0] for line in out if line.split()[0] in ("zeta", "alpha", "mid")]
+    handlers = [line.split()[1] for line in out if line.split()[1] in ("zeta", "alpha", "mid")]
     assert handlers == ["alpha", "mid", "zeta"]
+    assert {line.split()[0] for line in out if line.split()[1] in handlers} == {"handler"}
 
 
 def test_a_command_builds_only_its_own_parser() -> None:

@@ -210,7 +210,8 @@ def test_strict_passes_when_everything_loads(site: Path) -> None:
     result = run_accelkw(["plugins", "list", "--strict"], site=site)
     assert result.returncode == 0, result.stderr
     assert result.stdout.splitlines()[0].split() == [
-        "HANDLER",
+        "KIND",
+        "NAME",
         "CLASS",
         "PLUGIN",
         "DISTRIBUTION",

@@ -26,7 +26,7 @@ from accelkw_core.tools.scaffold import (
     render,
     scaffold_plugin,
 )
-from tests.conftest import good_plugin, run_accelkw, write_dist
+from tests.conftest import good_plugin, run_accelkw, run_python, write_dist
 
 EXPECTED_FILES = [
     "pyproject.toml",
@@ -288,3 +288,39 @@ def test_generated_tests_pass_with_the_distribution_on_the_path(
     )
     assert proc.returncode == 0, proc.stdout + proc.stderr
     assert json.loads(proc.stdout.splitlines()[-1]) == [opt_in, expected, not opt_in]
+
+
+@pytest.mark.needs_torch
+def test_a_generated_tracker_plugin_passes_its_tests(tmp_path: Path) -> None:
+    """``plugins new --kind tracker``: the generated suite (TrackerContract and a run read back)."""
+    root = tmp_path / "accelkw-my-log"
+    assert main(["plugins", "new", "my_log", "--kind", "tracker", "--dir", str(root)]) == 0
+    assert (root / "accelkw_my_log" / "tracker.py").is_file()
+    data = tomllib.loads((root / "pyproject.toml").read_text())
+    assert data["project"]["entry-points"]["accelkw"] == {"my_log": "accelkw_my_log.plugin"}
+    site = tmp_path / "site"
+    write_dist(site, "accelkw-my-log", {"my_log": "accelkw_my_log.plugin"}, version="0.1.0")
+    env = {k: v for k, v in os.environ.items() if not k.startswith("ACCELKW_")}
+    env["PYTHONPATH"] = os.pathsep.join([str(root), str(site)])
+    proc = subprocess.run(
+        [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "tests"],
+        cwd=root,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert "7 passed" in proc.stdout
+    listed = run_python(
+        "from accelkw_core.discovery.registry import Registry\n"
+        "print(sorted(Registry(allow=['my_log']).trackers()))",
+        env={"PYTHONPATH": env["PYTHONPATH"]},
+    )
+    assert listed.stdout.strip() == "['my_log']", listed.stderr
+
+
+def test_an_unknown_kind_is_refused(tmp_path: Path) -> None:
+    with pytest.raises(ScaffoldError, match="invalid plugin kind 'logger'"):
+        scaffold_plugin("x_log", tmp_path / "x", kind="logger", check_installed=False)
+    assert not (tmp_path / "x").exists()

@@ -40,7 +40,16 @@ import pytest
 from packaging.version import Version
 
 from accelkw_core import __version__
-from tests.test_install_venv import REPO, Venv, builtin_plugins, copy_source, entry_point_names
+from tests.test_install_venv import (
+    REPO,
+    Venv,
+    builtin_plugins,
+    copy_source,
+    dependency_closure,
+    entry_point_names,
+    link_distributions,
+    plugin_dependencies,
+)
 
 pytestmark = [pytest.mark.wheels, pytest.mark.multiprocess]
 
@@ -125,6 +134,12 @@ def built(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Built]:
     venv = Venv(root=base / "venv", work=base / "work")
     venv.work.mkdir()
     venv.run("create venv", [sys.executable, "-m", "venv", "--without-pip", str(venv.root)])
+    # The tracker plugins' own dependencies (tensorboard, mlflow-skinny, ...), shared from this
+    # interpreter so the offline install below finds them installed; shared first, so the
+    # core's requirements are met by the same versions (importlib-metadata within mlflow's range).
+    link_distributions(dependency_closure(plugin_dependencies()), base / "shared")
+    purelib = sysconfig.get_path("purelib", vars={"base": str(venv.root)})
+    Path(purelib, "_shared_dependencies.pth").write_text(f"{base / 'shared'}\n")
     install_dependencies(venv)
 
     src, dist_dir = base / "src", base / "dist"

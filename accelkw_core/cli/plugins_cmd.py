@@ -15,10 +15,12 @@ UNIMPORTED = ("disabled", "incompatible")  # statuses whose plugin module is nev
 
 
 def add_parser(sub: Any) -> None:
-    plugins = sub.add_parser("plugins", help="list, inspect and create handler plugins")
+    plugins = sub.add_parser("plugins", help="list, inspect and create handler and tracker plugins")
     psub = plugins.add_subparsers(dest="plugins_command", metavar="ACTION", required=True)
 
-    lst = psub.add_parser("list", help="every installed plugin and handler, with its status")
+    lst = psub.add_parser(
+        "list", help="every installed plugin, handler and tracker, with its kind and status"
+    )
     lst.add_argument("--json", action="store_true", help="print a JSON array of plugin objects")
     lst.add_argument(
         "--strict",
@@ -34,15 +36,32 @@ def add_parser(sub: Any) -> None:
     )
     lst.set_defaults(func=cmd_list)
 
-    show = psub.add_parser("show", help="a handler's fields, types, defaults and documentation")
-    show.add_argument("name", help="the handler's registry name, e.g. autocast")
+    show = psub.add_parser(
+        "show",
+        help="a handler's fields, types, defaults and documentation (or a tracker's options)",
+    )
+    show.add_argument(
+        "name", help="the handler's registry name, e.g. autocast, or a tracker's, e.g. mlflow"
+    )
     show.add_argument("--json", action="store_true", help="print JSON")
     show.set_defaults(func=cmd_show)
 
     new = psub.add_parser(
-        "new", help="create a plugin distribution: pyproject, handler, hook, README, tests"
+        "new",
+        help="create a plugin distribution: pyproject, handler (or tracker), hook, README, tests",
     )
-    new.add_argument("name", help="the handler's registry name: a lowercase identifier, e.g. seed")
+    new.add_argument(
+        "name",
+        help="the handler's registry name (or the tracker's name): a lowercase identifier, "
+        "e.g. seed",
+    )
+    new.add_argument(
+        "--kind",
+        choices=("handler", "tracker"),
+        default="handler",
+        help="what the plugin contributes: a kwargs handler (default) or a tracker for "
+        "Accelerator(log_with=...)",
+    )
     new.add_argument(
         "--dir",
         metavar="PATH",
@@ -58,7 +77,8 @@ def add_parser(sub: Any) -> None:
     )
     # The author's choice, required: installing a plugin must not change a run that did not
     # ask for it, so the template does not pick for them.
-    when = new.add_mutually_exclusive_group(required=True)
+    # Required for a handler (cmd_new says so); a tracker has no such choice.
+    when = new.add_mutually_exclusive_group()
     when.add_argument(
         "--opt-in",
         dest="opt_in",
@@ -107,6 +127,14 @@ def plugin_json(record: Any, fields: bool = True) -> dict[str, Any]:
         handlers.append(
             {"name": cls.name, "class": f"{cls.__module__}.{cls.__qualname__}", "fields": fields_of}
         )
+    trackers = [
+        {
+            "name": tcls.name,
+            "class": f"{tcls.__module__}.{tcls.__qualname__}",
+            "requires_logging_directory": tcls.requires_logging_directory,
+        }
+        for tcls in record.trackers
+    ]
     return {
         "name": record.name,
         "distribution": record.distribution,
@@ -115,7 +143,9 @@ def plugin_json(record: Any, fields: bool = True) -> dict[str, Any]:
         "error": record.error,
         "entry_point": record.entry_point,
         "load_ms": round(record.load_ms, 3),
+        "kinds": record.kinds,
         "handlers": handlers,
+        "trackers": trackers,
         "compat": _compat_json(record),
     }
 
@@ -194,13 +224,25 @@ def _print_listing(args: argparse.Namespace, listing: dict[str, Any]) -> int:
         for p in plugins:
             reason = p["error"]["message"] if p["error"] else ""
             common = [p["name"], p["distribution"] or "(code)", p["version"] or "-", p["status"]]
-            if p["handlers"] and p["status"] != "failed":
-                for h in sorted(p["handlers"], key=lambda h: str(h["name"])):
-                    rows.append([h["name"], h["class"].rsplit(".", 1)[-1], *common, reason])
+            contributed = [("handler", h) for h in p["handlers"]]
+            contributed += [("tracker", t) for t in p.get("trackers", ())]
+            if contributed and p["status"] != "failed":
+                for kind, c in sorted(contributed, key=lambda kc: (kc[0], str(kc[1]["name"]))):
+                    rows.append([kind, c["name"], c["class"].rsplit(".", 1)[-1], *common, reason])
             else:
-                rows.append(["-", "-", *common, reason])
-        rows.sort(key=lambda row: (row[0] == "-", row[0], row[2]))
-        headers = ["HANDLER", "CLASS", "PLUGIN", "DISTRIBUTION", "VERSION", "STATUS", "REASON"]
+                rows.append(["-", "-", "-", *common, reason])
+        # Handlers, then trackers, then plugins that contribute nothing (failed, disabled, ...).
+        rows.sort(key=lambda row: (row[0] == "-", row[0], row[1], row[3]))
+        headers = [
+            "KIND",
+            "NAME",
+            "CLASS",
+            "PLUGIN",
+            "DISTRIBUTION",
+            "VERSION",
+            "STATUS",
+            "REASON",
+        ]
         if rows:
             print(table(headers, rows))
         elif not listing["autoload"]:
@@ -225,6 +267,9 @@ def cmd_show(args: argparse.Namespace) -> int:
     from accelkw_core.errors import PluginError, UnknownHandlerError
 
     registry = get_registry()
+    tracker = registry.trackers().get(args.name)
+    if tracker is not None and args.name not in registry.handlers():
+        return _show_tracker(args, tracker)
     try:
         info = registry.get(args.name)
     except UnknownHandlerError:
@@ -276,21 +321,77 @@ def cmd_new(args: argparse.Namespace) -> int:
     import os
     from pathlib import Path
 
+    from accelkw_core.errors import ScaffoldError
     from accelkw_core.tools.scaffold import PluginNames, scaffold_plugin
 
-    names = PluginNames.from_name(args.name, args.class_name)
-    files = scaffold_plugin(args.name, args.dir, opt_in=args.opt_in, class_name=args.class_name)
+    if args.kind == "handler" and args.opt_in is None:
+        raise ScaffoldError(
+            "plugins new: choose --opt-in (the handler changes numbers or random state on its "
+            "own) or --on-by-default (it acts only when a run asks for what it does)"
+        )
+    names = PluginNames.from_name(args.name, args.class_name, args.kind)
+    files = scaffold_plugin(
+        args.name, args.dir, opt_in=args.opt_in, class_name=args.class_name, kind=args.kind
+    )
     root = Path(args.dir) if args.dir is not None else Path.cwd() / names.distribution
     shown = os.path.relpath(root) if not os.path.relpath(root).startswith("..") else str(root)
     print(
         f"created plugin {names.name!r} (distribution {names.distribution}, "
-        f"handler {names.class_name}, {'opt-in' if args.opt_in else 'on by default'}) "
-        f"in {shown}:"
+        f"{args.kind} {names.class_name}"
+        + (f", {'opt-in' if args.opt_in else 'on by default'}" if args.kind == "handler" else "")
+        + f") in {shown}:"
     )
     for path in files:
         print(f"  {path.relative_to(root).as_posix()}")
     print("next:")
     print(f"  pip install -e {shown}")
     print(f"  pytest {os.path.join(shown, 'tests')}")
-    print(f"  accelkw plugins show {names.name}")
+    if args.kind == "handler":
+        print(f"  accelkw plugins show {names.name}")
+    else:
+        print("  accelkw plugins list")
+    return 0
+
+
+def _show_tracker(args: argparse.Namespace, info: Any) -> int:
+    """``plugins show`` for a tracker: its class, distribution and constructor options."""
+    import inspect
+
+    cls = info.cls
+    params = list(inspect.signature(cls.__init__).parameters.values())[1:]
+    options = [
+        {"name": p.name, "default": None if p.default is p.empty else jsonable(p.default)}
+        for p in params
+        if p.kind not in (p.VAR_POSITIONAL, p.VAR_KEYWORD)
+    ]
+    data: dict[str, Any] = {
+        "name": info.name,
+        "kind": "tracker",
+        "class": f"{cls.__module__}.{cls.__qualname__}",
+        "plugin": info.plugin,
+        "distribution": info.distribution,
+        "version": info.version,
+        "requires_logging_directory": cls.requires_logging_directory,
+        "accepts_logging_directory": cls.accepts_logging_directory,
+        "main_process_only": cls.main_process_only,
+        "doc": inspect.cleandoc(cls.__doc__ or ""),
+        "options": options,
+    }
+    if args.json:
+        print_json(data)
+        return 0
+    print(f"{info.name}: {data['class']} (tracker)")
+    source = f"{info.distribution or '(code)'} {info.version or ''}".rstrip()
+    print(f"  provided by plugin {info.plugin!r} from {source}")
+    if cls.requires_logging_directory:
+        print("  writes under the logging folder (project_dir= or ProjectConfiguration)")
+    elif cls.accepts_logging_directory:
+        print("  writes under the logging folder when the run has one")
+    if data["doc"]:
+        print()
+        for line in str(data["doc"]).splitlines():
+            print(f"  {line}".rstrip())
+    print()
+    rows = [[str(o["name"]), "-" if o["default"] is None else repr(o["default"])] for o in options]
+    print(table(["OPTION", "DEFAULT"], rows))
     return 0

@@ -16,9 +16,11 @@ __all__ = [
     "HANDLER_DISTRIBUTIONS",
     "PROVIDERS",
     "REFERENCE_NAMES",
+    "TRACKER_DISTRIBUTIONS",
     "Builtin",
     "install_hint",
     "provider_hint",
+    "tracker_install_hint",
 ]
 
 
@@ -112,8 +114,15 @@ ACCELERATE_KEYWORDS: dict[str, tuple[str | None, object]] = {
     "megatron_lm_plugin": (None, None),
     "torch_tp_plugin": (None, None),
     "parallelism_config": (None, None),
-    "log_with": (None, None),
 }
+
+# Tracker name -> the distribution that ships it (the built-in tracker plugins).
+TRACKER_DISTRIBUTIONS: dict[str, str] = {
+    "tensorboard": "accelkw-tensorboard",
+    "mlflow": "accelkw-mlflow",
+}
+# Accelerate's other tracker names, for which no accelkw distribution exists (yet).
+_ACCELERATE_TRACKERS = ("aim", "clearml", "comet_ml", "dvclive", "swanlab", "trackio", "wandb")
 
 
 def install_hint(handler_name: str | None) -> str:
@@ -132,3 +141,16 @@ def provider_hint(capability: str) -> str:
     if name is None:
         return f"install a plugin that provides {capability}"
     return install_hint(name)
+
+
+def tracker_install_hint(tracker_name: str) -> str:
+    """``"pip install accelkw-tensorboard"`` for a built-in tracker name, else what to do."""
+    dist = TRACKER_DISTRIBUTIONS.get(tracker_name)
+    if dist is not None:
+        return f"pip install {dist}"
+    if tracker_name in _ACCELERATE_TRACKERS:
+        return (
+            f"accelkw has no {tracker_name!r} tracker plugin yet: pass a GeneralTracker "
+            "instance, or write a plugin (accelkw plugins new --kind tracker)"
+        )
+    return f"install the plugin that provides the {tracker_name!r} tracker"

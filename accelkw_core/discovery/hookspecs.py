@@ -1,8 +1,9 @@
 """The hook specifications plugins implement. Every hook name starts with ``accelkw_``.
 
-The core calls each through pluggy: ``accelkw_register_handlers`` is *historic*
-(``pm.hook.accelkw_register_handlers.call_historic``), so pluggy calls a plugin's implementation
-once, as the plugin is registered; the others are called with ``pm.hook.<name>(...)``.
+The core calls each through pluggy: ``accelkw_register_handlers`` and
+``accelkw_register_trackers`` are *historic* (``pm.hook.<name>.call_historic``), so pluggy calls
+a plugin's implementation once, as the plugin is registered; the others are called with
+``pm.hook.<name>(...)``.
 """
 
 from __future__ import annotations
@@ -15,6 +16,7 @@ import pluggy
 if TYPE_CHECKING:
     from accelkw_core.handlers.base import KwargsHandler
     from accelkw_core.runtime.state import AcceleratorState
+    from accelkw_core.tracking.base import GeneralTracker
 
 __all__ = ["PROJECT", "hookimpl", "hookspec"]
 
@@ -39,6 +41,26 @@ def accelkw_register_handlers(register: Callable[[type[KwargsHandler]], None]) -
         @hookimpl
         def accelkw_register_handlers(register):
             register(SeedKwargs)
+    """
+
+
+@hookspec(historic=True)
+def accelkw_register_trackers(register: Callable[[type[GeneralTracker]], None]) -> None:
+    """Contribute tracker classes by calling ``register(TrackerClass)`` once for each.
+
+    Called once per plugin, as it is registered, like ``accelkw_register_handlers``. A tracker
+    class subclasses :class:`accelkw_core.tracking.GeneralTracker` and sets ``name`` (what
+    ``Accelerator(log_with=...)`` calls it), ``requires_logging_directory`` and a ``tracker``
+    property. An exception here, or a class ``register`` refuses, marks the plugin ``failed``.
+
+    :param register: takes a ``GeneralTracker`` subclass; the core attaches the plugin's name
+        and distribution, validates the class and reports a name claimed twice as a conflict.
+
+    Example::
+
+        @hookimpl
+        def accelkw_register_trackers(register):
+            register(TensorBoardTracker)
     """
 
 

@@ -4,8 +4,8 @@ A real listing finds the entry points (``importlib_metadata``), reads each distr
 metadata, judges its core range (``packaging``) and imports every plugin to learn its handlers.
 When nothing was installed, removed or edited since the last real listing, the answer cannot have
 changed, so the listing keeps what it printed (each plugin's name, distribution, version, status,
-reason, entry point, compatibility, and each handler's name, class and fields) in one file, under
-one *stamp* of everything that could change it:
+reason, entry point, compatibility, each handler's name, class and fields, and each tracker's
+name and class) in one file, under one *stamp* of everything that could change it:
 
 - the interpreter and the core's version (a checkout on ``PYTHONPATH`` changes no distribution);
 - for each ``sys.path`` entry that holds distributions, in order, every ``*.dist-info`` and
@@ -50,7 +50,8 @@ __all__ = [
 
 ENV_NO_CACHE = "ACCELKW_NO_CACHE"
 GROUP = "accelkw"  # registry.ENTRY_POINT_GROUP, named here so that a listing imports no pluggy
-FORMAT = 3  # 3: one cache (the kept listing); the entry-point cache of format 2 is gone
+# 3: one cache (the kept listing); the entry-point cache of format 2 is gone. 4: trackers too.
+FORMAT = 4
 
 
 class Snapshot:

@@ -1,5 +1,6 @@
-"""What the registry knows of each plugin (``PluginRecord``) and of each usable handler
-(``HandlerInfo``), the statuses, and the checks a handler class must pass."""
+"""What the registry knows of each plugin (``PluginRecord``), of each usable handler
+(``HandlerInfo``) and tracker (``TrackerInfo``), the statuses, and the checks a handler class and
+a tracker class must pass."""
 
 from __future__ import annotations
 
@@ -8,6 +9,7 @@ import re
 from typing import NamedTuple
 
 from accelkw_core.handlers.base import KwargsHandler
+from accelkw_core.tracking.base import GeneralTracker
 
 __all__ = [
     "CONFLICT",
@@ -17,7 +19,9 @@ __all__ = [
     "LOADED",
     "HandlerInfo",
     "PluginRecord",
+    "TrackerInfo",
     "check_handler_class",
+    "check_tracker_class",
     "exception_text",
     "normalize_name",
 ]
@@ -46,6 +50,7 @@ class PluginRecord:
         "note",
         "plugin",
         "status",
+        "trackers",
         "version",
     )
 
@@ -64,6 +69,7 @@ class PluginRecord:
         self.error: dict[str, str] | None = None
         self.load_ms = 0.0
         self.handlers: list[type[KwargsHandler]] = []
+        self.trackers: list[type[GeneralTracker]] = []
         self.plugin: object | None = None
         # The distribution's range on accelkw-core (None: it names none), the pip line that
         # makes an incompatible plugin load, and a remark for `plugins show` (no range declared).
@@ -85,12 +91,27 @@ class PluginRecord:
     def reason(self) -> str:
         return self.error["message"] if self.error else ""
 
+    @property
+    def kinds(self) -> list[str]:
+        """What the plugin contributes: ``["handler"]``, ``["tracker"]``, both, or none."""
+        return [k for k, got in (("handler", self.handlers), ("tracker", self.trackers)) if got]
+
 
 class HandlerInfo(NamedTuple):
     """A usable handler class and the plugin and distribution that provide it."""
 
     name: str
     cls: type[KwargsHandler]
+    plugin: str
+    distribution: str | None
+    version: str | None
+
+
+class TrackerInfo(NamedTuple):
+    """A usable tracker class and the plugin and distribution that provide it."""
+
+    name: str
+    cls: type[GeneralTracker]
     plugin: str
     distribution: str | None
     version: str | None
@@ -118,6 +139,23 @@ def check_handler_class(cls: object) -> str | None:
             f"{cls.__name__} has no valid registry name (got {name!r}; "
             "expected a lowercase identifier such as 'autocast')"
         )
+    return None
+
+
+def check_tracker_class(cls: object) -> str | None:
+    """Why ``cls`` cannot be a tracker, or ``None`` when it can."""
+    if not isinstance(cls, type) or not issubclass(cls, GeneralTracker):
+        return f"{cls!r} is not a GeneralTracker subclass"
+    name = getattr(cls, "name", "")
+    if not isinstance(name, str) or not _NAME.match(name) or name == "all":
+        return (
+            f"{cls.__name__} has no valid tracker name (got {name!r}; expected a lowercase "
+            "identifier other than 'all', such as 'tensorboard')"
+        )
+    if not isinstance(getattr(cls, "requires_logging_directory", None), bool):
+        return f"{cls.__name__}.requires_logging_directory must be True or False"
+    if "tracker" not in dir(cls):
+        return f"{cls.__name__} has no `tracker` property (the run or writer it wraps)"
     return None
 
 

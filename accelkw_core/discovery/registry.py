@@ -1,4 +1,5 @@
-"""Discovery and loading of handler plugins: entry points in, a pluggy manager and a status each.
+"""Discovery and loading of plugins (handlers and trackers): entry points in, a pluggy manager and
+a status each.
 
 A plugin is a module (or any object) with ``accelkw_*`` hook implementations, found through the
 ``accelkw`` entry-point group or registered in code. Loading is isolated: a plugin that fails in
@@ -25,24 +26,29 @@ from accelkw_core.discovery.records import (
     LOADED,
     HandlerInfo,
     PluginRecord,
+    TrackerInfo,
     check_handler_class,
+    check_tracker_class,
     exception_text,
     normalize_name,
 )
 from accelkw_core.errors import (
     ConfigWarning,
+    InvalidTrackerError,
     PluginError,
     UnknownHandlerError,
     suggest,
 )
 from accelkw_core.facts.environment import env_flag
 from accelkw_core.handlers.base import KwargsHandler
+from accelkw_core.tracking.base import GeneralTracker
 
 __all__ = [
     "ENTRY_POINT_GROUP",
     "HandlerInfo",
     "PluginRecord",
     "Registry",
+    "TrackerInfo",
     "get_registry",
     "set_registry",
 ]
@@ -94,8 +100,12 @@ class Registry:
         self.pm.hook.accelkw_register_handlers.call_historic(
             kwargs={"register": self._register_handler}
         )
+        self.pm.hook.accelkw_register_trackers.call_historic(
+            kwargs={"register": self._register_tracker}
+        )
         self._records: dict[str, PluginRecord] = {}
         self._handlers: dict[str, HandlerInfo] | None = None
+        self._trackers: dict[str, TrackerInfo] = {}
         self._loaded = False
         self._warned_incompatible = False
 
@@ -235,7 +245,7 @@ class Registry:
         return record
 
     def _activate(self, record: PluginRecord, plugin: object) -> None:
-        """Register ``plugin`` with pluggy, which calls its ``accelkw_register_handlers``."""
+        """Register ``plugin`` with pluggy, which calls its registration hooks (historic)."""
         name = (
             record.name
             if self.pm.get_plugin(record.name) is None
@@ -247,15 +257,16 @@ class Registry:
         except pluggy.PluginValidationError as exc:  # a hook's signature or options
             self._reject(record, plugin, type(exc).__name__, exception_text(exc))
             return
+        except InvalidTrackerError as exc:  # register() got something that is not a tracker class
+            self._reject(record, plugin, "InvalidTracker", exc.reason)
+            return
         except PluginError as exc:  # register() got something that is not a handler class
             self._reject(record, plugin, "InvalidHandler", exc.reason)
             return
         except Exception as exc:
+            hook = _raising_hook(exc)
             self._reject(
-                record,
-                plugin,
-                type(exc).__name__,
-                f"accelkw_register_handlers raised: {exception_text(exc)}",
+                record, plugin, type(exc).__name__, f"{hook} raised: {exception_text(exc)}"
             )
             return
         finally:
@@ -282,6 +293,21 @@ class Registry:
         if cls not in record.handlers:
             record.handlers.append(cls)
 
+    def _register_tracker(self, cls: type[GeneralTracker]) -> None:
+        """The ``register`` callback of ``accelkw_register_trackers``."""
+        record = self._registering
+        if record is None:
+            raise PluginError(
+                getattr(cls, "__module__", "?"),
+                None,
+                "register() was called outside accelkw_register_trackers; call it from the hook",
+            )
+        reason = check_tracker_class(cls)
+        if reason is not None:
+            raise InvalidTrackerError(record.name, record.distribution, reason)
+        if cls not in record.trackers:
+            record.trackers.append(cls)
+
     def _unknown_hooks(self, plugin: object) -> list[str]:
         # Only a hook without a specification can be unknown, so only those are looked at:
         # pm.get_hookcallers(plugin) walks every plugin's implementations of every hook, which
@@ -298,6 +324,7 @@ class Registry:
     def _reject(self, record: PluginRecord, plugin: object, kind: str, message: str) -> None:
         record.fail(FAILED, kind, message)
         record.handlers = []
+        record.trackers = []
         record.plugin = None
         if self.pm.is_registered(plugin):
             self.pm.unregister(plugin)
@@ -314,6 +341,12 @@ class Registry:
         """The usable handlers by registry name, sorted; conflicting names are left out."""
         self.load()
         return dict(self._resolve())
+
+    def trackers(self) -> dict[str, TrackerInfo]:
+        """The usable trackers by name, sorted; conflicting names are left out."""
+        self.load()
+        self._resolve()
+        return dict(self._trackers)
 
     def get(self, name: str) -> HandlerInfo:
         """The handler registered as ``name``; an ``UnknownHandlerError`` lists the available names."""
@@ -358,14 +391,36 @@ class Registry:
     def _resolve(self) -> dict[str, HandlerInfo]:
         if self._handlers is not None:
             return self._handlers
-        claims: dict[str, list[tuple[PluginRecord, type[KwargsHandler]]]] = {}
+        handler_claims: dict[str, list[tuple[PluginRecord, type[Any]]]] = {}
+        tracker_claims: dict[str, list[tuple[PluginRecord, type[Any]]]] = {}
         for rec in self._records.values():
             if rec.status == LOADED:
                 for cls in rec.handlers:
-                    claims.setdefault(cls.name, []).append((rec, cls))
-        handlers: dict[str, HandlerInfo] = {}
-        owner: dict[str, PluginRecord] = {}
-        for hname, owners in sorted(claims.items()):
+                    handler_claims.setdefault(cls.name, []).append((rec, cls))
+                for tcls in rec.trackers:
+                    tracker_claims.setdefault(tcls.name, []).append((rec, tcls))
+        handlers = self._claimed("handler", handler_claims)
+        trackers = self._claimed("tracker", tracker_claims)
+        # A plugin marked conflict by one name loses its other handlers and trackers too:
+        # nothing half-loaded.
+        self._handlers = {
+            name: HandlerInfo(name, cls, rec.name, rec.distribution, rec.version)
+            for name, (rec, cls) in handlers.items()
+            if rec.status == LOADED
+        }
+        self._trackers = {
+            name: TrackerInfo(name, cls, rec.name, rec.distribution, rec.version)
+            for name, (rec, cls) in trackers.items()
+            if rec.status == LOADED
+        }
+        return self._handlers
+
+    def _claimed(
+        self, kind: str, claims: dict[str, list[tuple[PluginRecord, type[Any]]]]
+    ) -> dict[str, tuple[PluginRecord, type[Any]]]:
+        """Each name claimed by one class; a name two classes claim fails every claimant."""
+        out: dict[str, tuple[PluginRecord, type[Any]]] = {}
+        for name, owners in sorted(claims.items()):
             if len({id(cls) for _, cls in owners}) > 1:
                 who = " and ".join(
                     f"{rec.distribution or 'code'} (plugin {rec.name!r}, class {cls.__qualname__})"
@@ -374,19 +429,25 @@ class Registry:
                 for rec, _ in owners:
                     rec.fail(
                         CONFLICT,
-                        "HandlerNameConflict",
-                        f"handler name {hname!r} is claimed by {who}",
+                        f"{kind.capitalize()}NameConflict",
+                        f"{kind} name {name!r} is claimed by {who}",
                     )
                     if rec.plugin is not None and self.pm.is_registered(rec.plugin):
                         self.pm.unregister(rec.plugin)
                 continue
-            rec, cls = owners[0]
-            handlers[hname] = HandlerInfo(hname, cls, rec.name, rec.distribution, rec.version)
-            owner[hname] = rec
-        # A plugin marked conflict by one name loses its other handlers too: nothing half-loaded.
-        handlers = {n: i for n, i in handlers.items() if owner[n].status == LOADED}
-        self._handlers = handlers
-        return handlers
+            out[name] = owners[0]
+        return out
+
+
+def _raising_hook(exc: BaseException) -> str:
+    """Which registration hook ``exc`` came out of: pluggy calls both as a plugin registers."""
+    import traceback
+
+    names = [frame.name for frame in traceback.extract_tb(exc.__traceback__)]
+    for name in reversed(names):
+        if name in ("accelkw_register_handlers", "accelkw_register_trackers"):
+            return name
+    return "accelkw_register_handlers"
 
 
 def _names_in(value: str | None) -> set[str] | None:

@@ -39,6 +39,8 @@ from accelkw_core.runtime.project import ProjectConfiguration
 from accelkw_core.runtime.saving import CheckpointAPI, project_configuration
 from accelkw_core.runtime.state import AcceleratorState
 from accelkw_core.runtime.surface import AccelerateSurface
+from accelkw_core.runtime.trackers import TrackingAPI
+from accelkw_core.tracking.selection import LogWith
 
 if TYPE_CHECKING:
     import torch
@@ -60,7 +62,7 @@ class NoProfiler:
         """Nothing to advance."""
 
 
-class Accelerator(PreparingAPI, AccumulationAPI, CheckpointAPI, AccelerateSurface):
+class Accelerator(PreparingAPI, AccumulationAPI, CheckpointAPI, TrackingAPI, AccelerateSurface):
     """Compose the installed handlers, the config and the code's handlers into one run.
 
     ``mixed_precision`` (``"no"``, ``"fp16"``, ``"bf16"``) and ``cpu`` left at ``None`` come from
@@ -70,7 +72,8 @@ class Accelerator(PreparingAPI, AccumulationAPI, CheckpointAPI, AccelerateSurfac
     ``./pyproject.toml [tool.accelkw]``). Every other enabled installed handler is applied with
     its configured or default values. ``registry`` replaces the process-wide plugin registry.
     ``project_dir``/``project_config`` (a :class:`ProjectConfiguration`) place checkpoints and
-    logs, as in Accelerate.
+    logs, as in Accelerate. ``log_with`` names installed trackers (``"tensorboard"``, a list,
+    ``"all"``) or passes ``GeneralTracker`` instances; see :meth:`init_trackers`.
 
     Other keywords are Accelerate's (``gradient_accumulation_steps=4``, ``fsdp_plugin=...``,
     ``dynamo_backend="inductor"``): each is taken by the installed handler that claims it
@@ -89,12 +92,14 @@ class Accelerator(PreparingAPI, AccumulationAPI, CheckpointAPI, AccelerateSurfac
         *,
         project_dir: str | os.PathLike[str] | None = None,
         project_config: ProjectConfiguration | None = None,
+        log_with: LogWith = None,
         registry: Registry | None = None,
         **keywords: Any,
     ) -> None:
         configure_from_env()
         self.project_configuration = project_configuration(project_dir, project_config)
         registry = registry if registry is not None else get_registry()
+        self._choose_trackers(log_with, registry)
         handlers = list(kwargs_handlers or ())
         if keywords:
             handlers += handlers_from_keywords(keywords, handlers, registry.handlers())
@@ -318,15 +323,23 @@ class Accelerator(PreparingAPI, AccumulationAPI, CheckpointAPI, AccelerateSurfac
     # -- shutdown ------------------------------------------------------------------------------
 
     def end_training(self) -> None:
-        """Run every handler's teardown, in reverse order, once; later calls do nothing."""
+        """Finish the trackers, then run every handler's teardown in reverse order, once.
+
+        Later calls do nothing. A tracker whose ``finish`` raises does not stop the others or
+        the teardowns; the first such error is raised once they have run, as Accelerate
+        raises it.
+        """
         if self._ended:
             return
         self._ended = True
         atexit.unregister(self._atexit)
+        tracker_failures = self._finish_trackers()
         for name, exc in self.state.run_teardowns():
             warnings.warn(
                 f"teardown of handler {name!r} failed: {type(exc).__name__}: {exc}", stacklevel=2
             )
+        if tracker_failures:
+            raise tracker_failures[0][1]
 
     def __enter__(self) -> Accelerator:
         return self

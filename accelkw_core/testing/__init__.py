@@ -1,10 +1,10 @@
-"""The test tier: isolated registries, states, real multi-process runs and the handler contract kit.
+"""The test tier: isolated registries, states, real multi-process runs and the handler and tracker contract kits.
 
 Nothing here mocks torch: :func:`run_workers` starts real processes that form a real
 ``torch.distributed`` group (gloo over loopback) when the target asks for one.
 """
 
-from accelkw_core.testing.contract import HandlerContract
+from accelkw_core.testing.contract import HandlerContract, TrackerContract
 from accelkw_core.testing.helpers import (
     WorkerFailed,
     applied,
@@ -20,6 +20,7 @@ from accelkw_core.testing.helpers import (
 
 __all__ = [
     "HandlerContract",
+    "TrackerContract",
     "WorkerFailed",
     "applied",
     "apply_handler",

@@ -1,4 +1,5 @@
-"""``HandlerContract``: the checks every handler plugin passes, as one reusable pytest class.
+"""``HandlerContract`` and ``TrackerContract``: the checks every handler plugin and every tracker
+plugin passes, as reusable pytest classes.
 
 Subclass it in a plugin's tests, name the class ``Test...`` and set three attributes::
 
@@ -20,6 +21,17 @@ public extension points.
 
 A relative :attr:`HandlerContract.pyproject` is read from the folder of the test module that
 sets it, so the tests pass from any working directory (``pytest tests``, ``pytest .``, an IDE).
+
+A tracker plugin's tests do the same with :class:`TrackerContract`::
+
+    class TestTensorBoardContract(TrackerContract):
+        tracker_class = TensorBoardTracker
+        plugin_module = "accelkw_tensorboard.plugin"
+
+which checks registration under the tracker's name, the entry point, no torch at import,
+Accelerate's ``GeneralTracker`` contract (``name``, ``requires_logging_directory``,
+``tracker``), documented constructor options and methods, and that a process other than the
+main one writes nothing.
 """
 
 from __future__ import annotations
@@ -46,8 +58,9 @@ from accelkw_core.testing.helpers import (
     make_state,
     modules_loaded_by,
 )
+from accelkw_core.tracking.base import GeneralTracker
 
-__all__ = ["HandlerContract"]
+__all__ = ["HandlerContract", "TrackerContract"]
 
 # The single-process states a handler is planned and applied on (no process group needed).
 _SINGLE: tuple[dict[str, Any], ...] = (
@@ -113,6 +126,61 @@ def _entry_point_values(pyproject: Path) -> list[str]:
     return [str(v) for v in table.values()]
 
 
+def resolve_pyproject(contract: object) -> Path | None:
+    """A contract class's ``pyproject``: an absolute path as it is, a relative one against the
+    folder of the module that defines the class setting it; ``None`` when unset.
+
+    A class defined where no source file exists (``exec``, a REPL) resolves a relative path
+    against the working directory.
+    """
+    value = getattr(contract, "pyproject", None)
+    if value is None:
+        return None
+    path = Path(value)
+    if path.is_absolute():
+        return path
+    owner = next(c for c in type(contract).__mro__ if "pyproject" in vars(c))
+    module_file = getattr(sys.modules.get(owner.__module__), "__file__", None)
+    base = Path(module_file).resolve().parent if module_file else Path.cwd()
+    return Path(os.path.normpath(base / path))
+
+
+def _check_entry_point(
+    plugin_module: str, pyproject: Path | None, given: object, installed: bool | None
+) -> None:
+    """The source tree's and the installed entry points name ``plugin_module``."""
+    if pyproject is not None:
+        if not pyproject.is_file():
+            raise AssertionError(
+                f"pyproject = {str(given)!r}: no file {pyproject} (a relative path is read "
+                "from the folder of the test module that sets it)"
+            )
+        values = _entry_point_values(pyproject)
+        assert plugin_module in values, (
+            f"{pyproject}: no [project.entry-points.accelkw] entry names "
+            f"{plugin_module!r}; found {values}"
+        )
+    if installed is None:
+        installed = pyproject is None or _is_installed(pyproject)
+    if not installed:
+        return
+    import importlib_metadata
+
+    values = [ep.value for ep in importlib_metadata.entry_points(group="accelkw")]
+    assert plugin_module in values, (
+        f"no installed 'accelkw' entry point names {plugin_module!r}; found {values}"
+    )
+
+
+def _check_no_torch(module: str, plugin_module: str) -> None:
+    """Importing the package of ``module`` and ``plugin_module`` in a fresh interpreter loads no torch."""
+    root = module.split(".")[0]
+    # The child imports what this process imports (a source tree put on sys.path too).
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(p for p in sys.path if p)}
+    loaded = modules_loaded_by(f"import {root}, {plugin_module}", env=env)
+    assert loaded == [], f"importing the plugin imported {loaded}"
+
+
 def _is_installed(pyproject: Path) -> bool:
     import importlib.metadata
 
@@ -145,21 +213,8 @@ class HandlerContract:
     pyproject: ClassVar[str | os.PathLike[str] | None] = None
 
     def pyproject_path(self) -> Path | None:
-        """:attr:`pyproject` resolved: an absolute path as it is, a relative one against the
-        folder of the module that defines the class setting it; ``None`` when unset.
-
-        A class defined where no source file exists (``exec``, a REPL) resolves a relative path
-        against the working directory.
-        """
-        if self.pyproject is None:
-            return None
-        path = Path(self.pyproject)
-        if path.is_absolute():
-            return path
-        owner = next(c for c in type(self).__mro__ if "pyproject" in vars(c))
-        module_file = getattr(sys.modules.get(owner.__module__), "__file__", None)
-        base = Path(module_file).resolve().parent if module_file else Path.cwd()
-        return Path(os.path.normpath(base / path))
+        """:attr:`pyproject` resolved (see :func:`resolve_pyproject`); ``None`` when unset."""
+        return resolve_pyproject(self)
 
     def instances(self) -> list[KwargsHandler]:
         """The default instance and one per example."""
@@ -196,36 +251,12 @@ class HandlerContract:
         assert info.cls is self.handler_class
 
     def test_entry_point_names_the_plugin_module(self) -> None:
-        pyproject = self.pyproject_path()
-        if pyproject is not None:
-            if not pyproject.is_file():
-                raise AssertionError(
-                    f"pyproject = {str(self.pyproject)!r}: no file {pyproject} (a relative path "
-                    "is read from the folder of the test module that sets it)"
-                )
-            values = _entry_point_values(pyproject)
-            assert self.plugin_module in values, (
-                f"{pyproject}: no [project.entry-points.accelkw] entry names "
-                f"{self.plugin_module!r}; found {values}"
-            )
-        installed = self.installed
-        if installed is None:
-            installed = pyproject is None or _is_installed(pyproject)
-        if not installed:
-            return
-        import importlib_metadata
-
-        values = [ep.value for ep in importlib_metadata.entry_points(group="accelkw")]
-        assert self.plugin_module in values, (
-            f"no installed 'accelkw' entry point names {self.plugin_module!r}; found {values}"
+        _check_entry_point(
+            self.plugin_module, resolve_pyproject(self), self.pyproject, self.installed
         )
 
     def test_importing_the_plugin_runs_no_torch(self) -> None:
-        root = self.handler_class.__module__.split(".")[0]
-        # The child imports what this process imports (a source tree put on sys.path too).
-        env = {**os.environ, "PYTHONPATH": os.pathsep.join(p for p in sys.path if p)}
-        loaded = modules_loaded_by(f"import {root}, {self.plugin_module}", env=env)
-        assert loaded == [], f"importing the plugin imported {loaded}"
+        _check_no_torch(self.handler_class.__module__, self.plugin_module)
 
     # -- fields --------------------------------------------------------------------------------
 
@@ -349,3 +380,107 @@ class HandlerContract:
         after = self.process_state()
         changed = sorted(k for k in before if after.get(k) != before[k])
         assert changed == [], f"{handler!r} on {dict(facts)}: teardown left {changed} changed"
+
+
+# The parameters every tracker's constructor takes first (Accelerate's contract): the project
+# name, and the logging folder for one that requires it. Documented by the base class.
+_TRACKER_LEADING = 2
+_TRACKER_METHODS = ("start", "store_init_configuration", "log", "finish")
+
+
+class TrackerContract:
+    """Contract tests for one tracker class; see the module docstring for how to use it."""
+
+    #: The tracker class under test.
+    tracker_class: ClassVar[type[GeneralTracker]]
+    #: The module the ``accelkw`` entry point names (it implements ``accelkw_register_trackers``).
+    plugin_module: ClassVar[str]
+    #: As :attr:`HandlerContract.installed`.
+    installed: ClassVar[bool | None] = None
+    #: As :attr:`HandlerContract.pyproject`.
+    pyproject: ClassVar[str | os.PathLike[str] | None] = None
+    #: Keyword arguments ``init_trackers`` would pass from ``init_kwargs`` (none by default).
+    init_kwargs: ClassVar[Mapping[str, Any]] = {}
+
+    def build(self, project_name: str, logging_dir: str) -> GeneralTracker:
+        """The tracker as ``init_trackers`` builds it for ``project_name`` under ``logging_dir``."""
+        make: Any = self.tracker_class
+        kwargs = dict(self.init_kwargs)
+        if self.tracker_class.accepts_logging_directory:
+            kwargs.setdefault("logging_dir", logging_dir)
+        if self.tracker_class.requires_logging_directory:
+            return cast(GeneralTracker, make(project_name, logging_dir, **kwargs))
+        return cast(GeneralTracker, make(project_name, **kwargs))
+
+    # -- discovery -----------------------------------------------------------------------------
+
+    def test_registers_under_its_name(self) -> None:
+        module = importlib.import_module(self.plugin_module)
+        registry = isolated_registry([module])
+        (record,) = registry.plugins()
+        assert record.status == "loaded", record.error
+        assert self.tracker_class in record.trackers
+        assert record.kinds == ["tracker"] or "tracker" in record.kinds
+        assert registry.trackers()[self.tracker_class.name].cls is self.tracker_class
+
+    def test_entry_point_names_the_plugin_module(self) -> None:
+        _check_entry_point(
+            self.plugin_module, resolve_pyproject(self), self.pyproject, self.installed
+        )
+
+    def test_importing_the_plugin_runs_no_torch(self) -> None:
+        _check_no_torch(self.tracker_class.__module__, self.plugin_module)
+
+    # -- Accelerate's contract and the documentation -------------------------------------------
+
+    def test_has_accelerates_tracker_attributes(self, tmp_path: Path) -> None:
+        from accelkw_core.discovery.records import check_tracker_class
+
+        assert check_tracker_class(self.tracker_class) is None
+        tracker = self.build("contract", str(tmp_path))  # GeneralTracker.__init__ checks too
+        assert tracker.name == self.tracker_class.name
+
+    def test_options_and_methods_are_documented(self) -> None:
+        import inspect
+
+        cls = self.tracker_class
+        doc = inspect.getdoc(cls) or ""
+        assert doc, f"{cls.__name__} has no docstring"
+        params = list(inspect.signature(cls.__init__).parameters.values())[1:]
+        options = [
+            p.name
+            for p in params[_TRACKER_LEADING:]
+            if p.kind not in (p.VAR_POSITIONAL, p.VAR_KEYWORD)
+        ]
+        init_doc = inspect.getdoc(cls.__init__) or ""
+        undocumented = [o for o in options if f"``{o}``" not in doc + init_doc]
+        assert undocumented == [], (
+            f"{cls.__name__}: constructor options not named (as ``option``) in its docstring: "
+            f"{undocumented}"
+        )
+        for method in _TRACKER_METHODS:
+            own = getattr(cls, method)
+            assert inspect.getdoc(own), f"{cls.__name__}.{method} has no docstring"
+
+    def test_only_the_main_process_writes(self, tmp_path: Path) -> None:
+        """On rank 1 of a run (``RANK=1``, no process group) nothing is written anywhere."""
+        if not self.tracker_class.main_process_only:
+            return
+        saved = os.environ.get("RANK")
+        os.environ["RANK"] = "1"
+        cwd = os.getcwd()
+        os.chdir(tmp_path)
+        try:
+            logs = tmp_path / "logs"
+            tracker = self.build("contract", str(logs))
+            tracker.start()
+            tracker.store_init_configuration({"lr": 0.1, "epochs": 2})
+            tracker.log({"loss": 1.5}, step=0)
+            tracker.finish()
+        finally:
+            os.chdir(cwd)
+            if saved is None:
+                del os.environ["RANK"]
+            else:
+                os.environ["RANK"] = saved
+        assert sorted(p.name for p in tmp_path.iterdir()) == [], "rank 1 wrote files"

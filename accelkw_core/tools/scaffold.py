@@ -1,15 +1,16 @@
 """``accelkw plugins new``: write a working plugin distribution to start from.
 
 The folder holds a ``pyproject.toml`` with the ``accelkw`` entry point, a package with a handler
-dataclass and its registration hook, a README and tests that pass once the folder is installed
-(``pip install -e``). Names are checked first: a lowercase identifier that no installed plugin,
-handler, distribution or module already uses, and a class name the template can define.
+dataclass (or, with ``kind="tracker"``, a ``GeneralTracker``) and its registration hook, a README
+and tests that pass once the folder is installed (``pip install -e``). Names are checked first: a
+lowercase identifier that no installed plugin, handler, distribution or module already uses, and a
+class name the template can define.
 
-The author chooses whether the handler is opt-in (``opt_in=True``: composed only when a run asks
-for it). The rule the template states: a handler that changes numbers or random state on its own
-(seeding, clipping, skipping steps, averaging weights) must be opt-in; one that acts only when
+The author of a handler chooses whether it is opt-in (``opt_in=True``: composed only when a run
+asks for it). The rule the template states: a handler that changes numbers or random state on its
+own (seeding, clipping, skipping steps, averaging weights) must be opt-in; one that acts only when
 the run asks for what it does (mixed precision, several processes, a profiler block) may be on by
-default.
+default. A tracker writes only what a run logs to it, so it has no such choice.
 """
 
 from __future__ import annotations
@@ -29,12 +30,16 @@ if TYPE_CHECKING:
     from accelkw_core.discovery.registry import Registry
 
 __all__ = [
+    "KINDS",
     "PluginNames",
     "check_available",
     "check_class_name",
     "check_name",
     "scaffold_plugin",
 ]
+
+#: What ``plugins new --kind`` can write: a handler plugin or a tracker plugin.
+KINDS = ("handler", "tracker")
 
 _NAME = re.compile(r"^[a-z][a-z0-9_]*$")
 _CLASS_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
@@ -76,23 +81,26 @@ class PluginNames:
     name: str  # registry name and entry-point name: my_seed
     distribution: str  # accelkw-my-seed
     package: str  # accelkw_my_seed
-    class_name: str  # MySeedKwargs
+    class_name: str  # MySeedKwargs (MySeedTracker for a tracker)
 
     @classmethod
-    def from_name(cls, name: str, class_name: str | None = None) -> PluginNames:
-        """The names for registry name ``name``; the handler class is ``class_name`` when
-        given (checked by :func:`check_class_name`), else derived: ``my_seed`` ->
-        ``MySeedKwargs``."""
+    def from_name(
+        cls, name: str, class_name: str | None = None, kind: str = "handler"
+    ) -> PluginNames:
+        """The names for registry name ``name``; the class is ``class_name`` when given
+        (checked by :func:`check_class_name`), else derived: ``my_seed`` -> ``MySeedKwargs``
+        (``MySeedTracker`` for a tracker)."""
         check_name(name)
         if class_name is not None:
             check_class_name(class_name)
+        suffix = "Tracker" if kind == "tracker" else "Kwargs"
         return cls(
             name=name,
             distribution="accelkw-" + name.replace("_", "-"),
             package="accelkw_" + name,
             class_name=class_name
             if class_name is not None
-            else "".join(part.capitalize() for part in name.split("_") if part) + "Kwargs",
+            else "".join(part.capitalize() for part in name.split("_") if part) + suffix,
         )
 
 
@@ -172,10 +180,14 @@ def check_available(names: PluginNames, registry: Registry | None = None) -> Non
                 f"the name {names.name!r} is taken: the installed plugin {record.name!r} comes "
                 f"from {source}; choose another name"
             )
-        for cls in record.handlers:
-            if cls.name == names.name:
+        contributed: list[tuple[str, str, type]] = [
+            *(("handler", h.name, h) for h in record.handlers),
+            *(("tracker", t.name, t) for t in record.trackers),
+        ]
+        for kind, taken, cls in contributed:
+            if taken == names.name:
                 raise ScaffoldError(
-                    f"the name {names.name!r} is taken: handler {cls.name!r} "
+                    f"the name {names.name!r} is taken: {kind} {taken!r} "
                     f"({cls.__module__}.{cls.__qualname__}) comes from {source} "
                     f"(plugin {record.name!r}); choose another name"
                 )
@@ -198,17 +210,30 @@ def check_available(names: PluginNames, registry: Registry | None = None) -> Non
         )
 
 
-def render(names: PluginNames, *, opt_in: bool) -> dict[str, str]:
-    """The files of the new plugin: relative path -> text. ``opt_in``: the handler's
-    ``opt_in`` class variable (see the module docstring for the rule)."""
+def _templates(kind: str) -> dict[str, str]:
+    if kind == "tracker":
+        from accelkw_core.tools.scaffold_tracker_templates import TRACKER_FILES
+
+        return TRACKER_FILES
+    if kind != "handler":
+        raise ScaffoldError(f"invalid plugin kind {kind!r}: expected one of {', '.join(KINDS)}")
+    from accelkw_core.tools.scaffold_templates import FILES
+
+    return FILES
+
+
+def render(names: PluginNames, kind: str = "handler", *, opt_in: bool = False) -> dict[str, str]:
+    """The files of the new plugin (a ``kind`` of :data:`KINDS`): relative path -> text.
+    ``opt_in``: a handler's ``opt_in`` class variable (see the module docstring for the rule)."""
     from accelkw_core.discovery.compat import CORE_DISTRIBUTION, core_range_for
     from accelkw_core.tools.scaffold_templates import (
-        FILES,
         ON_BY_DEFAULT_COMMENT,
         OPT_IN_COMMENT,
         README_ON_BY_DEFAULT,
         README_OPT_IN,
     )
+
+    files = _templates(kind)
 
     # The cores this one's plugin API holds for (docs/versioning.md): a core outside it lists
     # the plugin as incompatible instead of importing it.
@@ -225,7 +250,7 @@ def render(names: PluginNames, *, opt_in: bool) -> dict[str, str]:
     values = {key: Template(value).substitute(values) for key, value in values.items()}
     return {
         Template(path).substitute(values): Template(text).substitute(values)
-        for path, text in FILES.items()
+        for path, text in files.items()
     }
 
 
@@ -233,20 +258,28 @@ def scaffold_plugin(
     name: str,
     directory: str | Path | None = None,
     *,
-    opt_in: bool,
+    opt_in: bool | None = None,
     class_name: str | None = None,
+    kind: str = "handler",
     registry: Registry | None = None,
     check_installed: bool = True,
 ) -> list[Path]:
     """Create plugin ``name`` in ``directory`` (default ``./accelkw-<name>``); return its files.
 
-    ``opt_in`` is the author's choice, required: ``True`` for a handler composed only when a run
-    asks for it, as every handler that changes numbers or random state on its own must be.
-    ``class_name`` names the handler class (default: derived from ``name``, ``MySeedKwargs``).
-    The folder must not exist or be empty. With ``check_installed`` (the default), a name an
-    installed plugin already uses is refused (see :func:`check_available`).
+    ``kind``: ``"handler"`` or ``"tracker"``. For a handler, ``opt_in`` is the author's
+    choice, required: ``True`` for a handler composed only when a run asks for it, as every
+    handler that changes numbers or random state on its own must be. ``class_name`` names the
+    class (default: derived from ``name``, ``MySeedKwargs``). The folder must not exist or be
+    empty. With ``check_installed`` (the default), a name an installed plugin already uses is
+    refused (see :func:`check_available`).
     """
-    names = PluginNames.from_name(name, class_name)
+    _templates(kind)  # an unknown kind fails before anything is checked or written
+    if kind == "handler" and opt_in is None:
+        raise ScaffoldError(
+            "choose whether the handler is opt-in: opt_in=True (--opt-in) when it changes "
+            "numbers or random state on its own, False (--on-by-default) otherwise"
+        )
+    names = PluginNames.from_name(name, class_name, kind)
     target = Path(directory) if directory is not None else Path.cwd() / names.distribution
     if target.exists():
         if not target.is_dir():
@@ -259,7 +292,7 @@ def scaffold_plugin(
     if check_installed:
         check_available(names, registry)
     written = []
-    for rel, text in render(names, opt_in=opt_in).items():
+    for rel, text in render(names, kind, opt_in=bool(opt_in)).items():
         path = target / rel
         path.parent.mkdir(parents=True, exist_ok=True)
         path.write_text(text, encoding="utf-8")
