@@ -1,7 +1,8 @@
 """The core is layered: a lower layer never imports a higher one at module level.
 
 Bottom to top: errors and the version; run facts and environment parsing (``facts``, ``logs``);
-``handlers``; ``discovery``; ``config``; ``runtime``; and the tiers over them (``cli``,
+``handlers`` (the handler and tracker contracts); ``discovery``; ``config`` and ``tracking``
+(which trackers a run uses); ``runtime``; and the tiers over them (``cli``,
 ``tools``, ``testing``, ``plugin``, ``utils``). An import inside a function (done lazily, when
 the code runs) or under ``TYPE_CHECKING`` is not a layering edge. No module imports another
 module's private (``_``-prefixed) name, at any depth.
@@ -20,7 +21,7 @@ LAYERS = [
     {"facts", "logs"},
     {"handlers"},
     {"discovery"},
-    {"config"},
+    {"config", "tracking"},
     {"runtime"},
     {"cli", "tools", "testing", "plugin", "utils", "__init__", "__main__"},
 ]

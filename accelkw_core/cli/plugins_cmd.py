@@ -97,7 +97,7 @@ def add_parser(sub: Any) -> None:
         "only for a handler that acts when the run asks for what it does (mixed precision, "
         "several processes, a profiler block)",
     )
-    new.set_defaults(func=cmd_new)
+    new.set_defaults(func=cmd_new, new_parser=new)
 
 
 def handler_fields(cls: type) -> list[dict[str, Any]]:
@@ -321,13 +321,13 @@ def cmd_new(args: argparse.Namespace) -> int:
     import os
     from pathlib import Path
 
-    from accelkw_core.errors import ScaffoldError
     from accelkw_core.tools.scaffold import PluginNames, scaffold_plugin
 
     if args.kind == "handler" and args.opt_in is None:
-        raise ScaffoldError(
-            "plugins new: choose --opt-in (the handler changes numbers or random state on its "
-            "own) or --on-by-default (it acts only when a run asks for what it does)"
+        # argparse's own wording and exit status, as when the group was required outright.
+        args.new_parser.error(
+            "one of the arguments --opt-in --on-by-default is required for a handler: --opt-in "
+            "when it changes numbers or random state on its own, --on-by-default otherwise"
         )
     names = PluginNames.from_name(args.name, args.class_name, args.kind)
     files = scaffold_plugin(

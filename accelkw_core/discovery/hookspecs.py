@@ -15,8 +15,8 @@ import pluggy
 
 if TYPE_CHECKING:
     from accelkw_core.handlers.base import KwargsHandler
+    from accelkw_core.handlers.tracker import GeneralTracker
     from accelkw_core.runtime.state import AcceleratorState
-    from accelkw_core.tracking.base import GeneralTracker
 
 __all__ = ["PROJECT", "hookimpl", "hookspec"]
 

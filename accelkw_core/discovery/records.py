@@ -9,7 +9,7 @@ import re
 from typing import NamedTuple
 
 from accelkw_core.handlers.base import KwargsHandler
-from accelkw_core.tracking.base import GeneralTracker
+from accelkw_core.handlers.tracker import GeneralTracker
 
 __all__ = [
     "CONFLICT",

@@ -41,7 +41,7 @@ from accelkw_core.errors import (
 )
 from accelkw_core.facts.environment import env_flag
 from accelkw_core.handlers.base import KwargsHandler
-from accelkw_core.tracking.base import GeneralTracker
+from accelkw_core.handlers.tracker import GeneralTracker
 
 __all__ = [
     "ENTRY_POINT_GROUP",

@@ -49,6 +49,7 @@ from typing import Any, ClassVar, cast
 
 from accelkw_core.errors import AccelkwError
 from accelkw_core.handlers.base import KwargsHandler
+from accelkw_core.handlers.tracker import GeneralTracker
 from accelkw_core.handlers.validation import field_specs
 from accelkw_core.runtime.points import POINTS
 from accelkw_core.runtime.state import AcceleratorState
@@ -58,7 +59,6 @@ from accelkw_core.testing.helpers import (
     make_state,
     modules_loaded_by,
 )
-from accelkw_core.tracking.base import GeneralTracker
 
 __all__ = ["HandlerContract", "TrackerContract"]
 

@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING, TypeAlias
 
 from accelkw_core.discovery.catalog import tracker_install_hint
 from accelkw_core.errors import ConfigError, suggest
-from accelkw_core.tracking.base import GeneralTracker
+from accelkw_core.handlers.tracker import GeneralTracker
 
 if TYPE_CHECKING:
     from accelkw_core.discovery.registry import Registry
