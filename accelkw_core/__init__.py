@@ -30,11 +30,20 @@ if TYPE_CHECKING:
     )
     from accelkw_core.handlers.base import KwargsHandler
     from accelkw_core.runtime.accelerator import Accelerator
+    from accelkw_core.runtime.data_loader import skip_first_batches
+    from accelkw_core.runtime.dataloader_config import DataLoaderConfiguration
+    from accelkw_core.runtime.memory import find_executable_batch_size
+    from accelkw_core.runtime.processes import DistributedType
     from accelkw_core.runtime.state import AcceleratorState
 
 _EXPORTS = {
     "Accelerator": "accelkw_core.runtime.accelerator",
     "AcceleratorState": "accelkw_core.runtime.state",
+    # What Accelerate's own examples import from ``accelerate`` itself.
+    "DataLoaderConfiguration": "accelkw_core.runtime.dataloader_config",
+    "DistributedType": "accelkw_core.runtime.processes",
+    "find_executable_batch_size": "accelkw_core.runtime.memory",
+    "skip_first_batches": "accelkw_core.runtime.data_loader",
     "KwargsHandler": "accelkw_core.handlers.base",
     "Registry": "accelkw_core.discovery.registry",
     "get_registry": "accelkw_core.discovery.registry",
@@ -70,6 +79,8 @@ __all__ = [
     "ComposeError",
     "ConfigError",
     "ConfigFileError",
+    "DataLoaderConfiguration",
+    "DistributedType",
     "HandlerApplyError",
     "KwargsHandler",
     "PluginError",
@@ -77,8 +88,10 @@ __all__ = [
     "Registry",
     "UnknownHandlerError",
     "__version__",
+    "find_executable_batch_size",
     "get_registry",
     "set_registry",
+    "skip_first_batches",
 ]
 
 

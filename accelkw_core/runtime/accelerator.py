@@ -22,6 +22,7 @@ from accelkw_core.logs import configure_from_env
 from accelkw_core.runtime import collectives as ops
 from accelkw_core.runtime.accumulation import AccumulationAPI, GradientState
 from accelkw_core.runtime.composition import compose
+from accelkw_core.runtime.dataloader_config import DataLoaderConfiguration
 from accelkw_core.runtime.forward import forward_contexts
 from accelkw_core.runtime.gaps import gaps_of_run, live_capabilities, warn_gaps
 from accelkw_core.runtime.keywords import handlers_from_keywords
@@ -52,7 +53,8 @@ class Accelerator(PreparingAPI, AccumulationAPI, AccelerateSurface):
     ``kwargs_handlers`` are handler instances; their explicit fields win over the environment
     and the config (``config``: a path; otherwise ``ACCELKW_CONFIG``, ``./accelkw.toml`` or
     ``./pyproject.toml [tool.accelkw]``). Every other enabled installed handler is applied with
-    its configured or default values. ``registry`` replaces the process-wide plugin registry.
+    its configured or default values. ``dataloader_config`` (a :class:`DataLoaderConfiguration`)
+    says how prepared data loaders shard. ``registry`` replaces the process-wide plugin registry.
 
     Other keywords are Accelerate's (``gradient_accumulation_steps=4``, ``fsdp_plugin=...``,
     ``dynamo_backend="inductor"``): each is taken by the installed handler that claims it
@@ -69,10 +71,12 @@ class Accelerator(PreparingAPI, AccumulationAPI, AccelerateSurface):
         kwargs_handlers: Sequence[KwargsHandler] | None = None,
         config: str | os.PathLike[str] | None = None,
         *,
+        dataloader_config: DataLoaderConfiguration | None = None,
         registry: Registry | None = None,
         **keywords: Any,
     ) -> None:
         configure_from_env()
+        self.dataloader_config = _dataloader_config(dataloader_config)
         registry = registry if registry is not None else get_registry()
         handlers = list(kwargs_handlers or ())
         if keywords:
@@ -290,6 +294,18 @@ class Accelerator(PreparingAPI, AccumulationAPI, AccelerateSurface):
             f"device {self.state.device_type}, mixed_precision={self.state.mixed_precision!r}, "
             f"handlers: {names})"
         )
+
+
+def _dataloader_config(config: Any) -> DataLoaderConfiguration:
+    if config is None:
+        return DataLoaderConfiguration()
+    if not isinstance(config, DataLoaderConfiguration):
+        from accelkw_core.errors import ConfigError
+
+        raise ConfigError(
+            "accelerator", "dataloader_config", config, "a DataLoaderConfiguration or None"
+        )
+    return config
 
 
 def _loader_progress() -> Any:
