@@ -19,8 +19,6 @@ def set_seed(seed: int, device_specific: bool = False, deterministic: bool = Fal
     """
     import torch
 
-    if isinstance(seed, bool) or not isinstance(seed, int):
-        raise ConfigError("set_seed", "seed", seed, "an int")
     if device_specific:
         seed += _process_index()
     random.seed(seed)
