@@ -250,9 +250,19 @@ class Accelerator(PreparingAPI, AccumulationAPI, AccelerateSurface):
         """Tensors of every process concatenated on dim 0 (nested lists/tuples/dicts too)."""
         return ops.gather(data, self.state)
 
-    def reduce(self, tensor: Any, reduction: str = "sum") -> Any:
-        """The ``"sum"`` or ``"mean"`` of ``tensor`` over every process, as a new tensor."""
-        return ops.reduce(tensor, reduction, self.state)
+    def reduce(self, tensor: Any, reduction: str = "sum", scale: float = 1.0) -> Any:
+        """The ``"sum"``, ``"mean"`` or ``"max"`` of ``tensor`` over every process, as a new tensor.
+
+        Nested lists, tuples and dicts of tensors are reduced leaf by leaf; ``scale`` applies
+        on XLA only, as in Accelerate (accelkw does not run on XLA).
+        """
+        import torch
+
+        if reduction in ops.REDUCTIONS and isinstance(tensor, torch.Tensor):
+            return ops.reduce(tensor, reduction, self.state)
+        from accelkw_core.runtime.operations import reduce
+
+        return reduce(tensor, reduction, scale)
 
     def wait_for_everyone(self) -> None:
         """Block until every process reaches this call."""

@@ -33,18 +33,37 @@ EXAMPLES = Path(__file__).resolve().parent / "accelerate_examples"
 # The built-ins these scripts use (gradient_accumulation_steps= is grad_accum's keyword).
 PLUGINS = "autocast,ddp,profile,grad_scaler,process_group,grad_accum"
 
-SCRIPTS = (
-    "nlp_example",
-    "cv_example",
-    "by_feature/automatic_gradient_accumulation",
-    "by_feature/ddp_comm_hook",
-    "by_feature/early_stopping",
-    "by_feature/gradient_accumulation",
-    "by_feature/local_sgd",
-    "by_feature/memory",
-    "by_feature/multi_process_metrics",
-    "by_feature/schedule_free",
-)
+# Each script with the arguments it runs with besides --cpu (chosen so that its feature acts
+# within the few steps of the synthetic data).
+SCRIPTS = {
+    "nlp_example": "",
+    "complete_nlp_example": "",
+    "cv_example": "--data_dir,{pets}",
+    "complete_cv_example": "--data_dir,{pets}",
+    "by_feature/automatic_gradient_accumulation": "",
+    "by_feature/cross_validation": "",
+    "by_feature/ddp_comm_hook": "",
+    "by_feature/early_stopping": "",
+    "by_feature/gradient_accumulation": "--gradient_accumulation_steps,2",
+    "by_feature/gradient_accumulation_for_autoregressive_models": "--gradient_accumulation_steps,2",
+    "by_feature/local_sgd": "--local_sgd_steps,2",
+    "by_feature/memory": "",
+    "by_feature/multi_process_metrics": "",
+    "by_feature/profiler": "",
+    "by_feature/schedule_free": "",
+}
+# The profiler example prints torch's table of operator timings, which no two runs share (and
+# whose operator counts are the frameworks' own: Accelerate divides every loss by the
+# accumulation steps, 1 included, and copies CPU batches to the CPU); its other lines and its
+# weights are compared.
+TIMINGS = {"by_feature/profiler"}
+
+
+def _printed(spec: str, stdout: str) -> str:
+    if spec.split(":")[0] not in TIMINGS:
+        return stdout
+    assert "Self CPU" in stdout or not stdout, stdout[:200]
+    return "\n".join(line for line in stdout.splitlines() if line.startswith("epoch"))
 
 
 def _run(framework: str, nproc: int, tmp_path: Path, specs: list[str]) -> list[dict[str, Any]]:
@@ -111,14 +130,16 @@ def test_the_port_changes_the_accelerate_imports_only(script: str) -> None:
 def test_accelerates_examples_print_and_train_alike(
     accelerate: ModuleType, tmp_path: Path, pets: Path, nproc: int
 ) -> None:
-    specs = [f"{s}:--data_dir,{pets}" if s == "cv_example" else s for s in SCRIPTS]
+    specs = [f"{s}:{a.format(pets=pets)}" if a else s for s, a in SCRIPTS.items()]
     ref = _run("accelerate", nproc, tmp_path, specs)
     ours = _run("accelkw", nproc, tmp_path, specs)
     for rank, (r, o) in enumerate(zip(ref, ours, strict=True)):
         for spec in specs:
             assert r[spec]["models"], f"{spec} built no model"
             assert "epoch 2" in r[spec]["stdout"] or rank > 0, f"{spec}: {r[spec]['stdout']}"
-            assert o[spec] == r[spec], f"rank {rank}, {spec}"
+            assert o[spec]["models"] == r[spec]["models"], f"rank {rank}, {spec}: weights"
+            printed = _printed(spec, r[spec]["stdout"])
+            assert _printed(spec, o[spec]["stdout"]) == printed, f"rank {rank}, {spec}: output"
     if nproc == 2:
         # Data parallel keeps the weights equal on both processes (local SGD averages them).
         for spec in specs:

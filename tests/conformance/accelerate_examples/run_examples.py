@@ -1,4 +1,4 @@
-"""Run Accelerate's example scripts one after another in this process, under one framework.
+"""Run Accelerate's example scripts one after another, under one framework.
 
 ``python run_examples.py --framework accelkw --out DIR [--work DIR] NAME[:ARG,ARG] ...``, alone
 or under torchrun. Each NAME is a script of this folder (``nlp_example``,
@@ -38,15 +38,6 @@ def _weights(model: Any) -> dict[str, Any]:
     return {"sha256": digest.hexdigest(), "sum": total}
 
 
-def _fresh(framework: str) -> None:
-    if framework == "accelerate":
-        from accelerate.state import AcceleratorState, GradientState
-
-        # Accelerate keeps its state in process-wide singletons; each script starts afresh.
-        AcceleratorState._reset_state(reset_partial_state=True)
-        GradientState._reset_state()
-
-
 def run(framework: str, spec: str, work: Path) -> dict[str, Any]:
     import stand_ins
 
@@ -56,10 +47,11 @@ def run(framework: str, spec: str, work: Path) -> dict[str, Any]:
         from accelkw_core.tools.porting import port_imports
 
         source = port_imports(source)
-    path = work / framework / f"{name}.py"
+    # One copy per rank: the ranks write at the same time, and one must not read the other's
+    # half-written file.
+    path = work / framework / f"rank{os.environ.get('RANK', '0')}" / f"{name}.py"
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(source)
-    _fresh(framework)
     stand_ins.MODELS.clear()
     sys.argv = [str(path), "--cpu", *(a for a in extra.split(",") if a)]
     out = io.StringIO()
@@ -73,7 +65,7 @@ def _preload(framework: str) -> None:
     import schedulefree  # noqa: F401
     import stand_ins
     import transformers  # noqa: F401
-    from transformers import BertForSequenceClassification  # noqa: F401
+    from transformers import BertForSequenceClassification, LlamaForCausalLM  # noqa: F401
 
     stand_ins.AutoTokenizer.from_pretrained("bert-base-cased")
     if framework == "accelerate":

@@ -1,9 +1,10 @@
 """What Accelerate's examples download, made here: the same calls, on small synthetic data.
 
 Accelerate's examples load GLUE MRPC with ``datasets``, ``bert-base-cased`` with
-``transformers``, the GLUE metric with ``evaluate`` and, for the vision example, the Oxford pets
-images with PIL, ``torchvision`` transforms and a ``timm`` ResNet. Nothing can be downloaded
-here (and ``datasets``, ``evaluate``, ``timm``, ``torchvision`` and Pillow are not installed),
+``transformers``, the GLUE metric with ``evaluate`` and, for the vision examples, the Oxford
+pets images with PIL, ``torchvision`` transforms and a ``timm`` ResNet. Nothing can be downloaded
+here (and ``datasets``, ``evaluate``, ``timm``, ``torchvision``, scikit-learn and Pillow are not
+installed),
 so each example imports these stand-ins under the same names instead, on both sides alike:
 
 - ``load_dataset("nyu-mll/glue", "mrpc")``: sentence pairs over a 40-word vocabulary, made
@@ -15,7 +16,12 @@ so each example imports these stand-ins under the same names instead, on both si
 - ``AutoModelForSequenceClassification.from_pretrained(...)``: a real
   ``BertForSequenceClassification`` from a tiny ``BertConfig`` (2 layers of width 16),
   initialised from the global generator as the scripts seed it;
+- for the autoregressive example, ``load_dataset("Salesforce/wikitext", ...)``: 520 training and
+  90 validation lines over the same words, most of them empty as in wikitext, a tokenizer with an
+  end-of-text token, and a real ``LlamaForCausalLM`` from a tiny ``LlamaConfig``;
 - ``evaluate.load("glue", "mrpc")``: accuracy and F1 of the gathered predictions;
+- ``StratifiedKFold`` (scikit-learn's, for ``cross_validation``): folds cut class by class,
+  without shuffling;
 - ``PIL.Image.open``, ``create_model``, ``Compose``/``RandomResizedCrop``/``Resize``/
   ``ToTensor``: 40 images of 24x24 pixels named like the pets files, drawn from their file
   name, a 3-channel convolution and a linear classifier, transforms drawing from torch's
@@ -51,12 +57,18 @@ class Dataset(torch.utils.data.Dataset):  # type: ignore[misc]
     def __len__(self) -> int:
         return len(next(iter(self.columns.values())))
 
-    def __getitem__(self, index: int) -> dict[str, Any]:
+    def __getitem__(self, index: int | str) -> Any:
+        if isinstance(index, str):
+            return list(self.columns[index])  # a column, as datasets gives it
         return {name: values[index] for name, values in self.columns.items()}
 
     @property
     def column_names(self) -> list[str]:
         return list(self.columns)
+
+    @property
+    def num_rows(self) -> int:
+        return len(self)
 
     def map(
         self, function: Any, batched: bool = False, remove_columns: list[str] | None = None
@@ -71,6 +83,10 @@ class Dataset(torch.utils.data.Dataset):  # type: ignore[misc]
     def rename_column(self, old: str, new: str) -> Dataset:
         return Dataset({new if k == old else k: v for k, v in self.columns.items()})
 
+    def filter(self, function: Any, input_columns: str) -> Dataset:
+        keep = [i for i, value in enumerate(self.columns[input_columns]) if function(value)]
+        return self.select(keep)
+
     def select(self, indices: Any) -> Dataset:
         return Dataset({k: [v[int(i)] for i in indices] for k, v in self.columns.items()})
 
@@ -81,6 +97,9 @@ class DatasetDict(dict[str, Dataset]):
 
     def rename_column(self, old: str, new: str) -> DatasetDict:
         return DatasetDict({k: v.rename_column(old, new) for k, v in self.items()})
+
+    def filter(self, function: Any, **kwargs: Any) -> DatasetDict:
+        return DatasetDict({k: v.filter(function, **kwargs) for k, v in self.items()})
 
 
 def _pairs(rng: random.Random, count: int, start: int) -> Dataset:
@@ -96,10 +115,21 @@ def _pairs(rng: random.Random, count: int, start: int) -> Dataset:
     return Dataset(columns)
 
 
+def _lines(rng: random.Random, count: int, every: int) -> Dataset:
+    # Like wikitext: most lines are empty, one in ``every`` is a sentence.
+    text = [
+        " ".join(rng.choices(WORDS, k=rng.randint(3, 9))) if i % every == 0 else ""
+        for i in range(count)
+    ]
+    return Dataset({"text": text})
+
+
 def load_dataset(path: str, name: str | None = None, **kwargs: Any) -> DatasetDict:
-    """GLUE MRPC's splits, synthetic (see the module docstring)."""
-    assert (path, name) == ("nyu-mll/glue", "mrpc"), (path, name)
+    """GLUE MRPC's splits, or wikitext's, synthetic (see the module docstring)."""
     rng = random.Random(0)
+    if (path, name) == ("Salesforce/wikitext", "wikitext-2-v1"):
+        return DatasetDict({"train": _lines(rng, 520, 13), "validation": _lines(rng, 90, 5)})
+    assert (path, name) == ("nyu-mll/glue", "mrpc"), (path, name)
     return DatasetDict({"train": _pairs(rng, 48, 0), "validation": _pairs(rng, 41, 1000)})
 
 
@@ -109,13 +139,22 @@ def load_dataset(path: str, name: str | None = None, **kwargs: Any) -> DatasetDi
 class AutoTokenizer:
     @staticmethod
     def from_pretrained(name: str, **kwargs: Any) -> Any:
-        """A word-level BERT-style fast tokenizer over :data:`WORDS`, built in memory."""
+        """A word-level fast tokenizer over :data:`WORDS`, built in memory: BERT-style, or
+        SmolLM-style (an end-of-text token, no template) for ``HuggingFaceTB/SmolLM-360M``."""
         from tokenizers import Tokenizer, models, pre_tokenizers, processors
         from transformers import PreTrainedTokenizerFast
 
         vocab = {w: i for i, w in enumerate(SPECIALS + WORDS)}
         backend = Tokenizer(models.WordLevel(vocab, unk_token="[UNK]"))
         backend.pre_tokenizer = pre_tokenizers.Whitespace()
+        if name == "HuggingFaceTB/SmolLM-360M":
+            return PreTrainedTokenizerFast(
+                tokenizer_object=backend,
+                unk_token="[UNK]",
+                eos_token="[SEP]",
+                model_max_length=64,
+                model_input_names=["input_ids", "attention_mask"],
+            )
         backend.post_processor = processors.TemplateProcessing(
             single="[CLS] $A [SEP]",
             pair="[CLS] $A [SEP] $B:1 [SEP]:1",
@@ -158,6 +197,26 @@ class AutoModelForSequenceClassification:
         return model
 
 
+class AutoModelForCausalLM:
+    @staticmethod
+    def from_pretrained(name: str, **kwargs: Any) -> Any:
+        """A tiny ``LlamaForCausalLM`` (2 layers of width 16), initialised from torch's RNG."""
+        from transformers import LlamaConfig, LlamaForCausalLM
+
+        config = LlamaConfig(
+            vocab_size=len(SPECIALS) + len(WORDS),
+            hidden_size=16,
+            intermediate_size=32,
+            num_hidden_layers=2,
+            num_attention_heads=2,
+            num_key_value_heads=2,
+            max_position_embeddings=64,
+        )
+        model = LlamaForCausalLM(config)
+        MODELS.append(model)
+        return model
+
+
 class _Metric:
     """GLUE MRPC's metric: accuracy and F1 over what ``add_batch`` received."""
 
@@ -169,7 +228,9 @@ class _Metric:
         self.predictions += [int(p) for p in predictions]
         self.references += [int(r) for r in references]
 
-    def compute(self) -> dict[str, float]:
+    def compute(self, predictions: Any = None, references: Any = None) -> dict[str, float]:
+        if predictions is not None:
+            self.add_batch(predictions=predictions, references=references)
         pairs = list(zip(self.predictions, self.references, strict=True))
         self.predictions, self.references = [], []
         tp = sum(1 for p, r in pairs if p == r == 1)
@@ -181,6 +242,25 @@ class _Metric:
 
 
 evaluate = SimpleNamespace(load=lambda *args, **kwargs: _Metric())
+
+
+class StratifiedKFold:
+    """scikit-learn's splitter without shuffling: each class's rows cut into ``n_splits`` runs."""
+
+    def __init__(self, n_splits: int = 5) -> None:
+        self.n_splits = n_splits
+
+    def split(self, features: Any, labels: list[int]) -> Any:
+        folds: list[list[int]] = [[] for _ in range(self.n_splits)]
+        for label in sorted(set(labels)):
+            rows = [i for i, y in enumerate(labels) if y == label]
+            for k in range(self.n_splits):
+                folds[k] += rows[
+                    k * len(rows) // self.n_splits : (k + 1) * len(rows) // self.n_splits
+                ]
+        for k in range(self.n_splits):
+            held = set(folds[k])
+            yield [i for i in range(len(labels)) if i not in held], sorted(held)
 
 
 # -- vision --------------------------------------------------------------------------------------
@@ -284,3 +364,6 @@ def create_model(name: str, pretrained: bool = False, num_classes: int = 1000) -
 def mocked_dataloaders(*args: Any, **kwargs: Any) -> Any:
     """Accelerate's test fixture (``TESTING_MOCKED_DATALOADERS=1``), which downloads: not here."""
     raise RuntimeError("mocked_dataloaders downloads a tokenizer; the stand-ins replace it")
+
+
+mocked_dataloaders_for_autoregressive_models = mocked_dataloaders
