@@ -21,6 +21,7 @@ import json
 import os
 import runpy
 import sys
+import time
 import traceback
 from pathlib import Path
 from typing import Any
@@ -55,9 +56,14 @@ def run(framework: str, spec: str, work: Path) -> dict[str, Any]:
     stand_ins.MODELS.clear()
     sys.argv = [str(path), "--cpu", *(a for a in extra.split(",") if a)]
     out = io.StringIO()
+    started = time.perf_counter()
     with contextlib.redirect_stdout(out):
         runpy.run_path(str(path), run_name="__main__")
-    return {"stdout": out.getvalue(), "models": [_weights(m) for m in stand_ins.MODELS]}
+    return {
+        "stdout": out.getvalue(),
+        "models": [_weights(m) for m in stand_ins.MODELS],
+        "seconds": round(time.perf_counter() - started, 2),  # not compared: to keep them lean
+    }
 
 
 def _preload(framework: str) -> None:
