@@ -1,7 +1,9 @@
 """accelkw: Accelerate-style kwargs handlers as independently installable plugins.
 
 This is the users' tier: the ``Accelerator``, the handler base class, the state, the registry
-(to register plugins in code) and the errors. Plugin authors import from
+(to register plugins in code), the errors, and what Accelerate's examples import from
+``accelerate`` itself (``DistributedType``, ``DataLoaderConfiguration``,
+``find_executable_batch_size``, ``skip_first_batches``). Plugin authors import from
 :mod:`accelkw_core.plugin`, tests from :mod:`accelkw_core.testing`.
 
 Names are re-exported lazily (PEP 562): ``accelkw plugins list`` must start in a few

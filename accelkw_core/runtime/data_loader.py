@@ -381,7 +381,7 @@ def prepare_data_loader(
     ``progress`` tracks the loaders being iterated.
     """
     config = config if config is not None else DataLoaderConfiguration()
-    config.__post_init__()  # fields set after construction (accelerator.even_batches = ...)
+    config.check()  # fields set after construction (accelerator.dataloader_config.x = ...)
     device = None if state.device_type == "cpu" else state.device
     if isinstance(loader.dataset, IterableDataset):
         if state.distributed:

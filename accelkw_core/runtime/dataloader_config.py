@@ -57,6 +57,13 @@ class DataLoaderConfiguration:
     use_stateful_dataloader: bool = False
 
     def __post_init__(self) -> None:
+        self.check()
+
+    def check(self) -> None:
+        """Raise :class:`~accelkw_core.errors.ConfigError` for a field set to what cannot apply.
+
+        Construction checks; ``prepare`` checks again, since a field may be set afterwards.
+        """
         for f in dataclasses.fields(self):
             value = getattr(self, f.name)
             if f.name == "data_seed":

@@ -84,8 +84,10 @@ class AccelerateSurface:
 
     @even_batches.setter
     def even_batches(self, value: bool) -> None:
+        import dataclasses
+
+        dataclasses.replace(self.dataloader_config, even_batches=value)  # checks the value
         self.dataloader_config.even_batches = value
-        self.dataloader_config.__post_init__()
 
     @property
     def use_seedable_sampler(self) -> bool:
