@@ -1,7 +1,9 @@
 """accelkw: Accelerate-style kwargs handlers as independently installable plugins.
 
 This is the users' tier: the ``Accelerator``, the handler base class, the state, the registry
-(to register plugins in code) and the errors. Plugin authors import from
+(to register plugins in code), the errors, and what Accelerate's examples import from
+``accelerate`` itself (``DistributedType``, ``DataLoaderConfiguration``,
+``find_executable_batch_size``, ``skip_first_batches``). Plugin authors import from
 :mod:`accelkw_core.plugin`, tests from :mod:`accelkw_core.testing`.
 
 Names are re-exported lazily (PEP 562): ``accelkw plugins list`` must start in a few
@@ -31,12 +33,21 @@ if TYPE_CHECKING:
     )
     from accelkw_core.handlers.base import KwargsHandler
     from accelkw_core.runtime.accelerator import Accelerator
+    from accelkw_core.runtime.data_loader import skip_first_batches
+    from accelkw_core.runtime.dataloader_config import DataLoaderConfiguration
+    from accelkw_core.runtime.memory import find_executable_batch_size
+    from accelkw_core.runtime.processes import DistributedType
     from accelkw_core.runtime.project import ProjectConfiguration
     from accelkw_core.runtime.state import AcceleratorState
 
 _EXPORTS = {
     "Accelerator": "accelkw_core.runtime.accelerator",
     "AcceleratorState": "accelkw_core.runtime.state",
+    # What Accelerate's own examples import from ``accelerate`` itself.
+    "DataLoaderConfiguration": "accelkw_core.runtime.dataloader_config",
+    "DistributedType": "accelkw_core.runtime.processes",
+    "find_executable_batch_size": "accelkw_core.runtime.memory",
+    "skip_first_batches": "accelkw_core.runtime.data_loader",
     "KwargsHandler": "accelkw_core.handlers.base",
     "ProjectConfiguration": "accelkw_core.runtime.project",
     "Registry": "accelkw_core.discovery.registry",
@@ -75,6 +86,8 @@ __all__ = [
     "ComposeError",
     "ConfigError",
     "ConfigFileError",
+    "DataLoaderConfiguration",
+    "DistributedType",
     "HandlerApplyError",
     "KwargsHandler",
     "PluginError",
@@ -83,8 +96,10 @@ __all__ = [
     "Registry",
     "UnknownHandlerError",
     "__version__",
+    "find_executable_batch_size",
     "get_registry",
     "set_registry",
+    "skip_first_batches",
 ]
 
 

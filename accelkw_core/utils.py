@@ -1,8 +1,12 @@
 """The reference's import path: ``from accelkw_core.utils import AutocastKwargs`` and friends.
 
-Handler classes live in their plugin packages; this module imports them on first access, so
-``import accelkw_core.utils`` stays cheap and a missing plugin fails with the distribution to
-install. A third-party handler class is found by its class name through the registry.
+What training scripts import from ``accelerate.utils``: the core's utilities (``set_seed``,
+``find_executable_batch_size``, ``DataLoaderConfiguration``, ``gather``, ``is_*_available``,
+...), re-exported from the modules that define them, and the handler classes. Handler classes
+live in their plugin packages; this module imports them on first access, so
+``import accelkw_core.utils`` stays cheap (no torch) and a missing plugin fails with the
+distribution to install. A third-party handler class is found by its class name through the
+registry. docs/migrating.md lists every name and where it lives.
 """
 
 from __future__ import annotations
@@ -12,15 +16,141 @@ from typing import Any
 
 from accelkw_core.discovery.catalog import REFERENCE_NAMES
 from accelkw_core.handlers.base import KwargsHandler
+from accelkw_core.runtime.availability import (
+    is_aim_available,
+    is_bf16_available,
+    is_boto3_available,
+    is_clearml_available,
+    is_comet_ml_available,
+    is_cuda_available,
+    is_datasets_available,
+    is_deepspeed_available,
+    is_dvclive_available,
+    is_fp8_available,
+    is_fp16_available,
+    is_hpu_available,
+    is_matplotlib_available,
+    is_mlflow_available,
+    is_mlu_available,
+    is_mps_available,
+    is_msamp_available,
+    is_musa_available,
+    is_neuron_available,
+    is_npu_available,
+    is_pandas_available,
+    is_peft_available,
+    is_pytest_available,
+    is_rich_available,
+    is_sagemaker_available,
+    is_schedulefree_available,
+    is_sdaa_available,
+    is_swanlab_available,
+    is_tensorboard_available,
+    is_timm_available,
+    is_torch_distributed_available,
+    is_torch_xla_available,
+    is_torchao_available,
+    is_torchdata_available,
+    is_torchvision_available,
+    is_tqdm_available,
+    is_trackio_available,
+    is_transformer_engine_available,
+    is_transformers_available,
+    is_wandb_available,
+    is_xpu_available,
+)
+from accelkw_core.runtime.dataloader_config import DataLoaderConfiguration
+from accelkw_core.runtime.memory import (
+    clear_device_cache,
+    find_executable_batch_size,
+    should_reduce_batch_size,
+)
+from accelkw_core.runtime.operations import (
+    broadcast,
+    broadcast_object_list,
+    concatenate,
+    find_batch_size,
+    gather,
+    gather_object,
+    pad_across_processes,
+    recursively_apply,
+    reduce,
+    send_to_device,
+)
 from accelkw_core.runtime.processes import DistributedType
 from accelkw_core.runtime.project import ProjectConfiguration
+from accelkw_core.runtime.seeding import set_seed
 from accelkw_core.tracking.selection import LoggerType
 
+# Names whose module imports torch: imported on first access, like the handler classes.
+_LAZY = {
+    "skip_first_batches": "accelkw_core.runtime.data_loader",
+    "SeedableRandomSampler": "accelkw_core.runtime.data_loader",
+    "SkipBatchSampler": "accelkw_core.runtime.data_loader",
+}
+
 __all__ = [
+    "DataLoaderConfiguration",
     "DistributedType",
     "KwargsHandler",
     "LoggerType",
     "ProjectConfiguration",
+    "broadcast",
+    "broadcast_object_list",
+    "clear_device_cache",
+    "concatenate",
+    "find_batch_size",
+    "find_executable_batch_size",
+    "gather",
+    "gather_object",
+    "is_aim_available",
+    "is_bf16_available",
+    "is_boto3_available",
+    "is_clearml_available",
+    "is_comet_ml_available",
+    "is_cuda_available",
+    "is_datasets_available",
+    "is_deepspeed_available",
+    "is_dvclive_available",
+    "is_fp16_available",
+    "is_fp8_available",
+    "is_hpu_available",
+    "is_matplotlib_available",
+    "is_mlflow_available",
+    "is_mlu_available",
+    "is_mps_available",
+    "is_msamp_available",
+    "is_musa_available",
+    "is_neuron_available",
+    "is_npu_available",
+    "is_pandas_available",
+    "is_peft_available",
+    "is_pytest_available",
+    "is_rich_available",
+    "is_sagemaker_available",
+    "is_schedulefree_available",
+    "is_sdaa_available",
+    "is_swanlab_available",
+    "is_tensorboard_available",
+    "is_timm_available",
+    "is_torch_distributed_available",
+    "is_torch_xla_available",
+    "is_torchao_available",
+    "is_torchdata_available",
+    "is_torchvision_available",
+    "is_tqdm_available",
+    "is_trackio_available",
+    "is_transformer_engine_available",
+    "is_transformers_available",
+    "is_wandb_available",
+    "is_xpu_available",
+    "pad_across_processes",
+    "recursively_apply",
+    "reduce",
+    "send_to_device",
+    "should_reduce_batch_size",
+    "set_seed",
+    *_LAZY,
     *REFERENCE_NAMES,
 ]
 
@@ -28,6 +158,11 @@ __all__ = [
 def __getattr__(name: str) -> Any:
     if name.startswith("__"):
         raise AttributeError(name)
+    lazy = _LAZY.get(name)
+    if lazy is not None:
+        value = getattr(importlib.import_module(lazy), name)
+        globals()[name] = value
+        return value
     known = REFERENCE_NAMES.get(name)
     if known is not None:
         module_name, distribution = known

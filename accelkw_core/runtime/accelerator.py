@@ -23,6 +23,7 @@ from accelkw_core.logs import configure_from_env
 from accelkw_core.runtime import collectives as ops
 from accelkw_core.runtime.accumulation import AccumulationAPI, GradientState
 from accelkw_core.runtime.composition import compose
+from accelkw_core.runtime.dataloader_config import DataLoaderConfiguration
 from accelkw_core.runtime.forward import forward_contexts
 from accelkw_core.runtime.gaps import gaps_of_run, live_capabilities, warn_gaps
 from accelkw_core.runtime.keywords import handlers_from_keywords
@@ -72,7 +73,8 @@ class Accelerator(PreparingAPI, AccumulationAPI, CheckpointAPI, TrackingAPI, Acc
     ``./pyproject.toml [tool.accelkw]``). Every other enabled installed handler is applied with
     its configured or default values. ``registry`` replaces the process-wide plugin registry.
     ``project_dir``/``project_config`` (a :class:`ProjectConfiguration`) place checkpoints and
-    logs, as in Accelerate. ``log_with`` names installed trackers (``"tensorboard"``, a list,
+    logs, as in Accelerate. ``dataloader_config`` (a :class:`DataLoaderConfiguration`) says how
+    prepared data loaders shard. ``log_with`` names installed trackers (``"tensorboard"``, a list,
     ``"all"``) or passes ``GeneralTracker`` instances; see :meth:`init_trackers`.
 
     Other keywords are Accelerate's (``gradient_accumulation_steps=4``, ``fsdp_plugin=...``,
@@ -93,11 +95,13 @@ class Accelerator(PreparingAPI, AccumulationAPI, CheckpointAPI, TrackingAPI, Acc
         project_dir: str | os.PathLike[str] | None = None,
         project_config: ProjectConfiguration | None = None,
         log_with: LogWith = None,
+        dataloader_config: DataLoaderConfiguration | None = None,
         registry: Registry | None = None,
         **keywords: Any,
     ) -> None:
         configure_from_env()
         self.project_configuration = project_configuration(project_dir, project_config)
+        self.dataloader_config = _dataloader_config(dataloader_config)
         registry = registry if registry is not None else get_registry()
         self._choose_trackers(log_with, registry)
         handlers = list(kwargs_handlers or ())
@@ -307,9 +311,19 @@ class Accelerator(PreparingAPI, AccumulationAPI, CheckpointAPI, TrackingAPI, Acc
         """Tensors of every process concatenated on dim 0 (nested lists/tuples/dicts too)."""
         return ops.gather(data, self.state)
 
-    def reduce(self, tensor: Any, reduction: str = "sum") -> Any:
-        """The ``"sum"`` or ``"mean"`` of ``tensor`` over every process, as a new tensor."""
-        return ops.reduce(tensor, reduction, self.state)
+    def reduce(self, tensor: Any, reduction: str = "sum", scale: float = 1.0) -> Any:
+        """The ``"sum"``, ``"mean"`` or ``"max"`` of ``tensor`` over every process, as a new tensor.
+
+        Nested lists, tuples and dicts of tensors are reduced leaf by leaf; ``scale`` applies
+        on XLA only, as in Accelerate (accelkw does not run on XLA).
+        """
+        import torch
+
+        if reduction in ops.REDUCTIONS and isinstance(tensor, torch.Tensor):
+            return ops.reduce(tensor, reduction, self.state)
+        from accelkw_core.runtime.operations import reduce
+
+        return reduce(tensor, reduction, scale)
 
     def wait_for_everyone(self) -> None:
         """Block until every process reaches this call."""
@@ -359,6 +373,18 @@ class Accelerator(PreparingAPI, AccumulationAPI, CheckpointAPI, TrackingAPI, Acc
             f"device {self.state.device_type}, mixed_precision={self.state.mixed_precision!r}, "
             f"handlers: {names})"
         )
+
+
+def _dataloader_config(config: Any) -> DataLoaderConfiguration:
+    if config is None:
+        return DataLoaderConfiguration()
+    if not isinstance(config, DataLoaderConfiguration):
+        from accelkw_core.errors import ConfigError
+
+        raise ConfigError(
+            "accelerator", "dataloader_config", config, "a DataLoaderConfiguration or None"
+        )
+    return config
 
 
 def _loader_progress() -> Any:

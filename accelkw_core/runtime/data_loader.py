@@ -14,15 +14,19 @@ from typing import Any
 import torch
 from torch.utils.data import DataLoader, IterableDataset, RandomSampler
 
-from accelkw_core.errors import AccelkwError
+from accelkw_core.errors import AccelkwError, ConfigError
+from accelkw_core.runtime.dataloader_config import DataLoaderConfiguration
 from accelkw_core.runtime.state import AcceleratorState
 
 __all__ = [
     "BatchShard",
     "LoaderProgress",
     "PreparedDataLoader",
+    "SeedableRandomSampler",
+    "SkipBatchSampler",
     "move_to_device",
     "prepare_data_loader",
+    "skip_first_batches",
 ]
 
 # DataLoader arguments copied from the original onto the rebuilt loader, when torch has them.
@@ -87,10 +91,12 @@ class PreparedDataLoader(DataLoader):  # type: ignore[misc]
         progress: LoaderProgress | None = None,
         total_batch_size: int | None = None,
         synchronized_generator: Any = None,
+        non_blocking: bool = False,
         **kwargs: Any,
     ) -> None:
         super().__init__(*args, **kwargs)
         self.device = device
+        self.non_blocking = non_blocking
         self.epoch = 0
         self.progress = progress
         self.end_of_dataloader = False
@@ -186,7 +192,7 @@ class PreparedDataLoader(DataLoader):  # type: ignore[misc]
                 return
             while True:
                 if device is not None:
-                    current = move_to_device(current, device)
+                    current = move_to_device(current, device, self.non_blocking)
                 try:
                     upcoming = next(batches)
                 except StopIteration:
@@ -213,15 +219,28 @@ def _synchronize(generator: Any) -> None:
 class BatchShard:
     """The batches of ``batch_sampler`` that fall to process ``rank`` of ``num_processes``.
 
-    Batch ``i`` goes to process ``i % num_processes``, as Accelerate's ``BatchSamplerShard``
-    deals them. Unless ``drop_last``, the last round is completed with samples from the start
-    of the pass so that every process gets the same number of full batches (even batches).
+    By default batch ``i`` goes to process ``i % num_processes``, as Accelerate's
+    ``BatchSamplerShard`` deals them; with ``split_batches`` every batch is cut into
+    ``num_processes`` equal slices and process ``rank`` gets slice ``rank``. Unless
+    ``drop_last``, with ``even_batches`` the last round is completed with samples from the start
+    of the pass so that every process gets the same number of full batches; without it the last
+    batches are left as they are.
     """
 
-    def __init__(self, batch_sampler: Any, num_processes: int, rank: int) -> None:
+    def __init__(
+        self,
+        batch_sampler: Any,
+        num_processes: int,
+        rank: int,
+        *,
+        split_batches: bool = False,
+        even_batches: bool = True,
+    ) -> None:
         self.batch_sampler = batch_sampler
         self.num_processes = num_processes
         self.rank = rank
+        self.split_batches = split_batches
+        self.even_batches = even_batches
         self.batch_size: int = batch_sampler.batch_size
         self.drop_last: bool = batch_sampler.drop_last
 
@@ -231,11 +250,40 @@ class BatchShard:
 
     def __len__(self) -> int:
         full, n = len(self.batch_sampler), self.num_processes
+        if self.split_batches or full % n == 0:
+            return full if self.split_batches else full // n
         if self.drop_last:
             return full // n
-        return -(-full // n)
+        if self.even_batches:
+            return full // n + 1
+        return full // n + (1 if self.rank < full % n else 0)
 
     def __iter__(self) -> Iterator[list[int]]:
+        return self._split() if self.split_batches else self._deal()
+
+    def _split(self) -> Iterator[list[int]]:
+        size = self.batch_size
+        part = size // self.num_processes
+        cut = slice(part * self.rank, part * (self.rank + 1))
+        first: list[int] = []
+        batch: list[int] = []
+        for index, drawn in enumerate(self.batch_sampler):
+            batch = list(drawn)
+            if index == 0:
+                first = batch
+            if len(batch) == size:
+                yield batch[cut]
+        if self.drop_last or not first or len(batch) == size:
+            return
+        if not self.even_batches:
+            if len(batch) > cut.start:
+                yield batch[cut]
+            return
+        while len(first) < size:
+            first = first + first
+        yield (batch + first)[cut]
+
+    def _deal(self) -> Iterator[list[int]]:
         n, rank, size = self.num_processes, self.rank, self.batch_size
         first: list[int] = []  # the first round's indices, to complete the last round with
         mine: list[int] = []
@@ -252,6 +300,10 @@ class BatchShard:
                 mine = []
         if self.drop_last or not first:
             return
+        if not self.even_batches:
+            if mine:
+                yield mine
+            return
         if len(mine) == size:
             yield mine
         while len(first) < n * size:
@@ -267,16 +319,77 @@ class BatchShard:
             cursor, batch, index = end, [], index + 1
 
 
-def move_to_device(data: Any, device: Any) -> Any:
-    """``data`` with every tensor in it (nested lists, tuples, dicts) moved to ``device``."""
+class SkipBatchSampler:
+    """The batches of ``batch_sampler`` after its first ``skip_batches`` (Accelerate's class)."""
+
+    def __init__(self, batch_sampler: Any, skip_batches: int = 0) -> None:
+        self.batch_sampler = batch_sampler
+        self.skip_batches = skip_batches
+        self.batch_size = getattr(batch_sampler, "batch_size", None)
+        self.drop_last = getattr(batch_sampler, "drop_last", False)
+
+    @property
+    def sampler(self) -> Any:
+        return getattr(self.batch_sampler, "sampler", None)
+
+    @property
+    def total_length(self) -> int:
+        return len(self.batch_sampler)
+
+    def __len__(self) -> int:
+        return len(self.batch_sampler) - self.skip_batches
+
+    def __iter__(self) -> Iterator[Any]:
+        for index, batch in enumerate(self.batch_sampler):
+            if index >= self.skip_batches:
+                yield batch
+
+
+class SeedableRandomSampler(RandomSampler):  # type: ignore[misc]
+    """A ``RandomSampler`` whose order for each epoch depends only on a seed and the epoch.
+
+    Each pass seeds its generator with ``initial_seed + epoch`` (``initial_seed``: ``data_seed``,
+    else torch's initial seed), then moves to the next epoch, as Accelerate's class does.
+    """
+
+    def __init__(self, *args: Any, data_seed: int | None = None, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.initial_seed = data_seed if data_seed is not None else torch.random.initial_seed()
+        self.epoch = 0
+
+    def __iter__(self) -> Iterator[int]:
+        generator: torch.Generator | None = getattr(self, "generator", None)
+        if generator is None:
+            generator = torch.Generator()
+            self.generator = generator
+        generator.manual_seed(self.epoch + self.initial_seed)
+        yield from super().__iter__()
+        self.set_epoch(self.epoch + 1)
+
+    def set_epoch(self, epoch: int) -> None:
+        """Use ``epoch`` for the next pass."""
+        self.epoch = epoch
+
+
+def move_to_device(data: Any, device: Any, non_blocking: bool = False) -> Any:
+    """``data`` with every tensor in it (nested lists, tuples, dicts) moved to ``device``.
+
+    An object with a ``to`` method (a tokenizer's ``BatchEncoding``) moves itself.
+    """
     if isinstance(data, torch.Tensor):
-        return data.to(device, non_blocking=True)
+        return data.to(device, non_blocking=non_blocking)
     if isinstance(data, dict):
-        return type(data)({k: move_to_device(v, device) for k, v in data.items()})
+        return type(data)({k: move_to_device(v, device, non_blocking) for k, v in data.items()})
     if isinstance(data, tuple) and hasattr(data, "_fields"):
-        return type(data)(*(move_to_device(v, device) for v in data))
+        return type(data)(*(move_to_device(v, device, non_blocking) for v in data))
     if isinstance(data, list | tuple):
-        return type(data)(move_to_device(v, device) for v in data)
+        return type(data)(move_to_device(v, device, non_blocking) for v in data)
+    to = getattr(data, "to", None)
+    if callable(to):
+        try:
+            return to(device, non_blocking=non_blocking)
+        except TypeError:  # a .to(device) without the keyword
+            return to(device)
     return data
 
 
@@ -291,17 +404,25 @@ def _copied_kwargs(loader: Any) -> dict[str, Any]:
 
 
 def prepare_data_loader(
-    loader: Any, state: AcceleratorState, progress: LoaderProgress | None = None
+    loader: Any,
+    state: AcceleratorState,
+    progress: LoaderProgress | None = None,
+    config: DataLoaderConfiguration | None = None,
 ) -> Any:
     """``loader`` rebuilt for ``state``: its batches dealt across processes, on the device.
 
-    As Accelerate does by default: the per-process batch size is kept, batch ``i`` goes to
-    process ``i % world_size`` (:class:`BatchShard`), the last round is completed from the start
-    so every process gets as many full batches (unless ``drop_last``), and a shuffling sampler
-    gets a generator seeded from torch's global generator, equal on every process at each pass.
-    Loaders over an ``IterableDataset`` are returned unchanged, with a warning when distributed
-    (they cannot be sharded by index). ``progress`` tracks the loaders being iterated.
+    As Accelerate does with ``config`` (a :class:`DataLoaderConfiguration`, default settings
+    when ``None``): by default the per-process batch size is kept, batch ``i`` goes to process
+    ``i % world_size`` (:class:`BatchShard`), the last round is completed from the start so
+    every process gets as many full batches (unless ``drop_last``), and a shuffling sampler gets
+    a generator seeded from torch's global generator, equal on every process at each pass.
+    ``split_batches`` cuts each batch across the processes instead; ``use_seedable_sampler``
+    shuffles with a :class:`SeedableRandomSampler`. Loaders over an ``IterableDataset`` are
+    returned unchanged, with a warning when distributed (they cannot be sharded by index).
+    ``progress`` tracks the loaders being iterated.
     """
+    config = config if config is not None else DataLoaderConfiguration()
+    config.check()  # fields set after construction (accelerator.dataloader_config.x = ...)
     device = None if state.device_type == "cpu" else state.device
     if isinstance(loader.dataset, IterableDataset):
         if state.distributed:
@@ -313,8 +434,19 @@ def prepare_data_loader(
             warnings.warn(message, stacklevel=3)
         return loader
     kwargs = _copied_kwargs(loader)
+    kwargs["non_blocking"] = config.non_blocking
     batch_sampler = loader.batch_sampler
     size = getattr(batch_sampler, "batch_size", None)
+    sampler = loader.sampler
+    if config.use_seedable_sampler and isinstance(sampler, RandomSampler):
+        sampler = SeedableRandomSampler(
+            sampler.data_source,
+            replacement=sampler.replacement,
+            num_samples=sampler._num_samples,
+            generator=sampler.generator,
+            data_seed=config.data_seed,
+        )
+        batch_sampler.sampler = sampler  # as Accelerate's set_sampler does
     if not state.distributed:
         return PreparedDataLoader(
             loader.dataset,
@@ -331,27 +463,79 @@ def prepare_data_loader(
             f"{state.world_size} processes; give the batch sampler batch_size and drop_last "
             "attributes, or shard it yourself and do not pass it to prepare()"
         )
+    split = config.split_batches
+    if split and size > 1 and size % state.world_size != 0:
+        raise ConfigError(
+            "dataloader_config",
+            "split_batches",
+            True,
+            f"a DataLoader batch size that is a multiple of the {state.world_size} processes "
+            f"(got batch_size={size}); or split_batches=False",
+        )
     synchronized = None
-    sampler = loader.sampler
-    if isinstance(sampler, RandomSampler):
+    shuffles = isinstance(sampler, RandomSampler)
+    if shuffles and not config.use_seedable_sampler:
         if sampler.generator is None:
             # Drawn from torch's global generator, as Accelerate does, so seeding the run
             # (torch.manual_seed) gives the same order under both.
             sampler.generator = torch.Generator()
             sampler.generator.manual_seed(int(torch.empty((), dtype=torch.int64).random_().item()))
         synchronized = sampler.generator
+    how = (
+        f"each batch split in {state.world_size}"
+        if split
+        else f"batch i to process i % {state.world_size}"
+    )
     state.record(
         "accelerator",
-        f"data loader sharded over {state.world_size} processes (batch i to process "
-        f"i % {state.world_size}, shuffle={isinstance(sampler, RandomSampler)}, batch size "
-        f"{size} per process)",
+        f"data loader sharded over {state.world_size} processes ({how}, shuffle={shuffles}, "
+        f"even_batches={config.even_batches}, batch size {size} "
+        f"{'in all' if split else 'per process'})",
     )
     return PreparedDataLoader(
         loader.dataset,
-        batch_sampler=BatchShard(batch_sampler, state.world_size, state.rank),
+        batch_sampler=BatchShard(
+            batch_sampler,
+            state.world_size,
+            state.rank,
+            split_batches=split,
+            even_batches=config.even_batches,
+        ),
         device=device,
         progress=progress,
-        total_batch_size=size * state.world_size,
+        total_batch_size=size if split else size * state.world_size,
         synchronized_generator=synchronized,
         **kwargs,
     )
+
+
+def skip_first_batches(dataloader: Any, num_batches: int = 0) -> Any:
+    """A data loader like ``dataloader`` that skips its first ``num_batches`` batches.
+
+    For a prepared loader, the new one keeps its device, its place in the epochs and its
+    synchronised shuffling (Accelerate's ``skip_first_batches``); for a plain ``DataLoader``, a
+    plain ``DataLoader`` over the same dataset.
+    """
+    if isinstance(num_batches, bool) or not isinstance(num_batches, int) or num_batches < 0:
+        raise ConfigError("skip_first_batches", "num_batches", num_batches, "an int >= 0")
+    if isinstance(dataloader.dataset, IterableDataset):
+        raise AccelkwError(
+            "skip_first_batches: the DataLoader reads an IterableDataset, which has no batch "
+            "sampler to skip in; skip the batches while iterating (itertools.islice)"
+        )
+    kwargs = _copied_kwargs(dataloader)
+    skipping = SkipBatchSampler(dataloader.batch_sampler, skip_batches=num_batches)
+    if not isinstance(dataloader, PreparedDataLoader):
+        return DataLoader(dataloader.dataset, batch_sampler=skipping, **kwargs)
+    skipped = PreparedDataLoader(
+        dataloader.dataset,
+        batch_sampler=skipping,
+        device=dataloader.device,
+        progress=dataloader.progress,
+        total_batch_size=dataloader.total_batch_size,
+        synchronized_generator=dataloader.synchronized_generator,
+        non_blocking=dataloader.non_blocking,
+        **kwargs,
+    )
+    skipped.epoch = dataloader.epoch
+    return skipped

@@ -78,6 +78,18 @@ class AcceleratedOptimizer(torch.optim.Optimizer):  # type: ignore[misc]
     def state_dict(self) -> dict[str, Any]:
         return dict(self.optimizer.state_dict())
 
+    def train(self) -> None:
+        """Put the wrapped optimizer in training mode, when it has one (schedule-free optimizers).
+
+        An optimizer wrapper contributed by a handler is looked through: the first optimizer
+        down the ``.optimizer`` chain with a ``train()`` method gets the call.
+        """
+        _call_mode(self.optimizer, "train")
+
+    def eval(self) -> None:
+        """Put the wrapped optimizer in evaluation mode, when it has one (schedule-free optimizers)."""
+        _call_mode(self.optimizer, "eval")
+
     def zero_grad(self, set_to_none: bool = True) -> None:
         if self.gradient_state is not None and not self.gradient_state.sync_gradients:
             return
@@ -112,3 +124,12 @@ class AcceleratedOptimizer(torch.optim.Optimizer):  # type: ignore[misc]
 
     def __repr__(self) -> str:
         return f"AcceleratedOptimizer({self.optimizer!r})"
+
+
+def _call_mode(optimizer: Any, mode: str) -> None:
+    while optimizer is not None:
+        method = getattr(optimizer, mode, None)
+        if callable(method):
+            method()
+            return
+        optimizer = getattr(optimizer, "optimizer", None)

@@ -3,6 +3,7 @@ ready for the run, through the wrapper extension points in composition order."""
 
 from __future__ import annotations
 
+import warnings
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, TypeVar
 
@@ -18,6 +19,7 @@ from accelkw_core.runtime.points import (
 
 if TYPE_CHECKING:
     from accelkw_core.runtime.accumulation import GradientState
+    from accelkw_core.runtime.dataloader_config import DataLoaderConfiguration
     from accelkw_core.runtime.state import AcceleratorState
 
 __all__ = ["PreparingAPI"]
@@ -30,6 +32,7 @@ class PreparingAPI:
 
     state: AcceleratorState
     gradient_state: GradientState
+    dataloader_config: DataLoaderConfiguration
     _models: list[tuple[Any, Any]]
 
     if TYPE_CHECKING:
@@ -65,7 +68,9 @@ class PreparingAPI:
         if isinstance(obj, torch.optim.Optimizer):
             return self.prepare_optimizer(obj)
         if isinstance(obj, torch.utils.data.DataLoader):
-            loader = prepare_data_loader(obj, self.state, self.gradient_state.loaders)
+            loader = prepare_data_loader(
+                obj, self.state, self.gradient_state.loaders, self.dataloader_config
+            )
             return self._track("data_loaders", loader)
         return obj
 
@@ -101,22 +106,45 @@ class PreparingAPI:
         prepared = AcceleratedOptimizer(inner, chain, self.gradient_state, self.state)
         return self._track("optimizers", prepared)
 
-    def unwrap_model(self, model: Any, keep_fp32_wrapper: bool = True) -> Any:
+    def unwrap_model(
+        self, model: Any, keep_fp32_wrapper: bool = True, keep_torch_compile: bool = True
+    ) -> Any:
         """The model as it was before the handlers' wrappers (DDP, ...) were applied.
 
         With ``keep_fp32_wrapper=False`` its forward no longer runs under the forward contexts.
+        With ``keep_torch_compile=True`` (Accelerate's default) a model that was compiled comes
+        back compiled: the ``torch.compile`` wrapper when it wraps the model itself. When it
+        wraps another wrapper (DDP), the model comes back uncompiled with a warning, where
+        Accelerate rewires the prepared model to skip that wrapper (docs/migrating.md).
         """
         for wrapped, original in self._models:
             if wrapped is model or original is model:
                 if not keep_fp32_wrapper:
                     unpatch_forward(original)
-                return original
+                return _compiled_around(wrapped, original) if keep_torch_compile else original
         # Not prepared here: peel the usual wrappers (DDP, DataParallel, torch.compile).
+        compiled = model if hasattr(model, "_orig_mod") else None
         while True:
             inner = getattr(model, "module", None) or getattr(model, "_orig_mod", None)
             if inner is None:
-                return model
+                break
             model = inner
+        return _compiled_around(compiled, model) if keep_torch_compile and compiled else model
+
+
+def _compiled_around(wrapped: Any, original: Any) -> Any:
+    """``wrapped`` when it is ``torch.compile(original)``; else ``original`` (warned if compiled)."""
+    inner = getattr(wrapped, "_orig_mod", None)
+    if inner is None:
+        return original
+    if inner is original:
+        return wrapped
+    warnings.warn(
+        f"unwrap_model: the compiled model wraps a {type(inner).__name__}, not the model "
+        "itself; returning the uncompiled model (pass keep_torch_compile=False to silence this)",
+        stacklevel=3,
+    )
+    return original
 
 
 def _is_scheduler(obj: Any) -> bool:

@@ -25,6 +25,7 @@ from accelkw_core.runtime.processes import (
 )
 
 if TYPE_CHECKING:
+    from accelkw_core.runtime.dataloader_config import DataLoaderConfiguration
     from accelkw_core.runtime.state import AcceleratorState
 
 __all__ = ["AccelerateSurface"]
@@ -34,11 +35,14 @@ class AccelerateSurface:
     """Accelerate's ``Accelerator`` methods beyond preparing, backward and stepping."""
 
     state: AcceleratorState
+    dataloader_config: DataLoaderConfiguration
     _models: list[tuple[Any, Any]]
 
     if TYPE_CHECKING:
 
-        def unwrap_model(self, model: Any, keep_fp32_wrapper: bool = True) -> Any: ...
+        def unwrap_model(
+            self, model: Any, keep_fp32_wrapper: bool = True, keep_torch_compile: bool = True
+        ) -> Any: ...
 
     # -- what was prepared ---------------------------------------------------------------------
 
@@ -57,6 +61,75 @@ class AccelerateSurface:
     def distributed_type(self) -> DistributedType:
         """``NO``, ``MULTI_CPU``, ``MULTI_GPU``, ... (Accelerate's ``DistributedType``)."""
         return distributed_type(self.state)
+
+    @property
+    def use_distributed(self) -> bool:
+        """Whether this run has several processes (Accelerate's ``use_distributed``)."""
+        return self.state.distributed and self.distributed_type != DistributedType.NO
+
+    # -- data loaders (Accelerate reads these from ``dataloader_config``) ------------------------
+
+    @property
+    def split_batches(self) -> bool:
+        return self.dataloader_config.split_batches
+
+    @property
+    def dispatch_batches(self) -> bool | None:
+        return self.dataloader_config.dispatch_batches
+
+    @property
+    def even_batches(self) -> bool:
+        return self.dataloader_config.even_batches
+
+    @even_batches.setter
+    def even_batches(self, value: bool) -> None:
+        import dataclasses
+
+        dataclasses.replace(self.dataloader_config, even_batches=value)  # checks the value
+        self.dataloader_config.even_batches = value
+
+    @property
+    def use_seedable_sampler(self) -> bool:
+        return self.dataloader_config.use_seedable_sampler
+
+    @property
+    def non_blocking(self) -> bool:
+        return self.dataloader_config.non_blocking
+
+    @property
+    def use_stateful_dataloader(self) -> bool:
+        return self.dataloader_config.use_stateful_dataloader
+
+    def skip_first_batches(self, dataloader: Any, num_batches: int = 0) -> Any:
+        """``dataloader`` without its first ``num_batches`` batches (to resume mid-epoch)."""
+        from accelkw_core.runtime.data_loader import skip_first_batches
+
+        return skip_first_batches(dataloader, num_batches=num_batches)
+
+    # -- triggers ------------------------------------------------------------------------------
+
+    def set_trigger(self) -> None:
+        """Raise this process's trigger; :meth:`check_trigger` then sees it on every process."""
+        import torch
+
+        self.__dict__["_flag_tensor"] = torch.tensor(1, device=self.state.device)
+
+    def check_trigger(self) -> bool:
+        """Whether any process called :meth:`set_trigger` since the last check that saw one.
+
+        Every process must call it (it sums the triggers across processes); when one was set,
+        every process gets ``True`` and the triggers are lowered.
+        """
+        import torch
+
+        flag = self.__dict__.get("_flag_tensor")
+        if flag is None:
+            flag = torch.tensor(0, device=self.state.device)
+        if ops.reduce(flag, "sum", self.state).item() >= 1:
+            self.__dict__["_flag_tensor"] = torch.tensor(0, device=self.state.device)
+            return True
+        self.__dict__["_flag_tensor"] = flag
+        return False
 
     # -- processes -----------------------------------------------------------------------------
 

@@ -64,7 +64,8 @@ class TorchDynamoPlugin(KwargsHandler):
 
     ``prepare(model)`` wraps the model in ``torch.compile(model, backend=..., ...)`` after every
     other model wrapper, so DDP or FSDP sit inside the compiled module, as torch recommends;
-    ``unwrap_model`` gives the original back. With ``use_regional_compilation`` the repeated
+    ``unwrap_model(model, keep_torch_compile=False)`` gives the original back (the default keeps
+    the compiled wrapper, as Accelerate's does). With ``use_regional_compilation`` the repeated
     blocks (the items of each ``nn.ModuleList``) are compiled in place instead, which compiles
     one block's graph once and reuses it. Backend ``'no'`` (the default) or ``disable=True``
     compiles nothing. Opt-in: applied only when requested (``Accelerator(dynamo_backend=...)``,

@@ -1,0 +1,162 @@
+"""Run Accelerate's example scripts one after another, under one framework.
+
+``python run_examples.py --framework accelkw --out DIR [--work DIR] NAME[:ARG,ARG] ...``, alone
+or under torchrun. Each NAME is a script of this folder (``nlp_example``,
+``by_feature/local_sgd``); under ``accelkw`` it first goes through
+:func:`accelkw_core.tools.porting.port_imports` (its imports changed, nothing else), into
+``--work``. Each runs as ``__main__`` with ``--cpu`` and its extra arguments; what it prints
+on this process, and a digest of the final weights of every model it built (see
+``stand_ins.MODELS``), go to ``DIR/rank<N>.json``. torch, transformers and the framework are
+imported once; each script runs in a fork (see :func:`_forked`), on its own port of ``--ports``
+(one free port per script) when there are several processes.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import hashlib
+import io
+import json
+import os
+import runpy
+import sys
+import time
+import traceback
+from pathlib import Path
+from typing import Any
+
+HERE = Path(__file__).resolve().parent
+
+
+def _weights(model: Any) -> dict[str, Any]:
+    digest = hashlib.sha256()
+    total = 0.0
+    for name, tensor in model.state_dict().items():
+        data = tensor.detach().cpu().contiguous()
+        digest.update(name.encode() + str(data.dtype).encode() + data.numpy().tobytes())
+        total += float(data.double().sum())
+    return {"sha256": digest.hexdigest(), "sum": total}
+
+
+def run(framework: str, spec: str, work: Path) -> dict[str, Any]:
+    import stand_ins
+
+    name, _, extra = spec.partition(":")
+    source = (HERE / f"{name}.py").read_text()
+    if framework == "accelkw":
+        from accelkw_core.tools.porting import port_imports
+
+        source = port_imports(source)
+    # One copy per rank: the ranks write at the same time, and one must not read the other's
+    # half-written file.
+    path = work / framework / f"rank{os.environ.get('RANK', '0')}" / f"{name}.py"
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(source)
+    stand_ins.MODELS.clear()
+    sys.argv = [str(path), "--cpu", *(a for a in extra.split(",") if a)]
+    out = io.StringIO()
+    started = time.perf_counter()
+    with contextlib.redirect_stdout(out):
+        runpy.run_path(str(path), run_name="__main__")
+    return {
+        "stdout": out.getvalue(),
+        "models": [_weights(m) for m in stand_ins.MODELS],
+        "seconds": round(time.perf_counter() - started, 2),  # not compared: to keep them lean
+    }
+
+
+def _preload(framework: str) -> None:
+    """Import what every script imports, once, before the scripts are forked."""
+    import schedulefree  # noqa: F401
+    import stand_ins
+    import transformers  # noqa: F401
+    from transformers import BertForSequenceClassification, LlamaForCausalLM  # noqa: F401
+
+    stand_ins.AutoTokenizer.from_pretrained("bert-base-cased")
+    if framework == "accelerate":
+        import accelerate  # noqa: F401
+    else:
+        import accelkw_core.utils  # noqa: F401
+        from accelkw_core import Accelerator  # noqa: F401
+        from accelkw_core.discovery.registry import get_registry
+
+        get_registry().handlers()
+
+
+def _own_group(framework: str, port: str) -> None:
+    """Create this script's gloo group on a store at ``port``, before the script runs.
+
+    A script destroys the group it made in ``end_training``, and a DDP model freed after that
+    can deadlock (gloo's destructor joins a thread that waits for the GIL, seen here about one
+    run in three under Accelerate). So the group exists before the script and outlives it (the
+    fork ends with ``os._exit``): accelkw uses an existing group and leaves it, and Accelerate
+    leaves it when told by ``FORK_LAUNCHED=1``, as its notebook launcher does.
+    """
+    import torch.distributed as dist
+
+    os.environ["MASTER_PORT"] = port
+    os.environ["TORCHELASTIC_USE_AGENT_STORE"] = "False"
+    dist.init_process_group("gloo")
+    if framework == "accelerate":
+        os.environ["FORK_LAUNCHED"] = "1"
+
+
+def _forked(framework: str, spec: str, work: Path, out: Path, port: str | None) -> dict[str, Any]:
+    """``run`` in a child process: its own Accelerate singletons and its own process group.
+
+    Each script creates the process group and destroys it at its end; torch cannot create a
+    second group in one process over the same store, so each script runs in a fork of this
+    process (which imported torch and transformers once, and holds no group), on its own
+    store port when there are several processes.
+    """
+    partial = out / f"{spec.replace('/', '__').split(':')[0]}.rank{os.environ.get('RANK', '0')}"
+    pid = os.fork()
+    if pid == 0:
+        code = 1
+        try:
+            if port is not None:
+                _own_group(framework, port)
+            partial.write_text(json.dumps(run(framework, spec, work)))
+            code = 0
+        except BaseException:
+            traceback.print_exc()
+        finally:
+            sys.stdout.flush()
+            sys.stderr.flush()
+            os._exit(code)
+    _, status = os.waitpid(pid, 0)
+    if os.waitstatus_to_exitcode(status) != 0:
+        sys.exit(f"{spec} failed under {framework} (exit status {status}); see above")
+    result: dict[str, Any] = json.loads(partial.read_text())
+    partial.unlink()
+    return result
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--framework", choices=("accelerate", "accelkw"), required=True)
+    parser.add_argument("--out", type=Path, required=True)
+    parser.add_argument("--work", type=Path, required=True)
+    parser.add_argument("--ports", default="", help="one free port per script (several processes)")
+    parser.add_argument("scripts", nargs="+")
+    args = parser.parse_args()
+    ports: list[str | None] = [None] * len(args.scripts)
+    if int(os.environ.get("WORLD_SIZE", "1")) > 1:
+        given = [p for p in args.ports.split(",") if p]
+        if len(given) != len(args.scripts):
+            parser.error("with several processes, --ports needs one free port per script")
+        ports = list(given)
+    sys.path.insert(0, str(HERE))
+    args.out.mkdir(parents=True, exist_ok=True)
+    _preload(args.framework)
+    results = {
+        spec: _forked(args.framework, spec, args.work, args.out, port)
+        for spec, port in zip(args.scripts, ports, strict=True)
+    }
+    rank = os.environ.get("RANK", "0")
+    (args.out / f"rank{rank}.json").write_text(json.dumps(results, indent=1))
+
+
+if __name__ == "__main__":
+    main()
