@@ -5,6 +5,10 @@ renamed into place); its load checks every file against the manifest before it c
 Accelerate's save writes the files and returns (no fsync); its load reads them. Both write
 ``model.safetensors`` (the default) and ``optimizer.bin``.
 
+Before each timed save the script calls ``os.sync()`` (not timed), so every save starts with an
+idle disk: otherwise what one save left in the page cache unwritten (Accelerate's, which does not
+fsync) is written during the next save, whichever framework it is.
+
 Each round runs each framework in a fresh process, in turn (A, B, A, B, ...): build a
 25M-parameter model (100 MB of float32 weights), take one AdamW step (200 MB of optimizer
 state), then time ``save_state`` to a new folder ``--saves`` times (each into a new folder) and
@@ -30,7 +34,7 @@ import time
 from pathlib import Path
 
 CHILD = r"""
-import json, shutil, sys, time
+import json, os, shutil, sys, time
 from pathlib import Path
 import torch
 
@@ -51,12 +55,16 @@ opt.zero_grad()
 save, load = [], []
 for i in range(saves):
     target = folder / f"ckpt{i}"
+    # The disk starts each save idle: data an earlier save left unwritten (Accelerate's, which
+    # does not fsync) would otherwise be flushed during the next one, whoever it is.
+    os.sync()
     start = time.perf_counter()
     acc.save_state(target)
     save.append(time.perf_counter() - start)
     if i < saves - 1:
         shutil.rmtree(target)
 size = sum(p.stat().st_size for p in target.rglob("*") if p.is_file())
+os.sync()
 for _ in range(saves):
     start = time.perf_counter()
     acc.load_state(target)
