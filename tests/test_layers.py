@@ -3,7 +3,7 @@
 Bottom to top: errors and the version; run facts and environment parsing (``facts``, ``logs``);
 ``handlers`` (the handler and tracker contracts); ``discovery``; ``config`` and ``tracking``
 (which trackers a run uses); ``runtime``; and the tiers over them (``cli``,
-``tools``, ``testing``, ``plugin``, ``utils``). An import inside a function (done lazily, when
+``tools``, ``testing``, ``plugin``, ``utils``, ``local_sgd``). An import inside a function (done lazily, when
 the code runs) or under ``TYPE_CHECKING`` is not a layering edge. No module imports another
 module's private (``_``-prefixed) name, at any depth.
 """
@@ -23,7 +23,7 @@ LAYERS = [
     {"discovery"},
     {"config", "tracking"},
     {"runtime"},
-    {"cli", "tools", "testing", "plugin", "utils", "__init__", "__main__"},
+    {"cli", "tools", "testing", "plugin", "utils", "local_sgd", "__init__", "__main__"},
 ]
 RANK = {name: i for i, layer in enumerate(LAYERS) for name in layer}
 

@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING, TypeAlias
 
 from accelkw_core.discovery.catalog import tracker_install_hint
 from accelkw_core.errors import ConfigError, suggest
+from accelkw_core.handlers.enums import ReferenceEnum
 from accelkw_core.handlers.tracker import GeneralTracker
 
 if TYPE_CHECKING:
@@ -26,7 +27,7 @@ __all__ = ["ALL", "LogWith", "LoggerType", "TrackerChoice", "filter_trackers"]
 ALL = "all"
 
 
-class LoggerType(str, enum.Enum):
+class LoggerType(ReferenceEnum):
     """Accelerate's ``LoggerType``: its tracker names as an enum (``log_with=LoggerType.ALL``).
 
     Only spelling: whether a name can be used depends on the installed tracker plugins, and
@@ -43,9 +44,6 @@ class LoggerType(str, enum.Enum):
     CLEARML = "clearml"
     DVCLIVE = "dvclive"
     SWANLAB = "swanlab"
-
-    def __str__(self) -> str:
-        return self.value
 
 
 #: One entry of ``log_with``: a tracker name (or an enum whose value is one, such as
