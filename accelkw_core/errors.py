@@ -24,6 +24,7 @@ __all__ = [
     "PluginError",
     "PluginLoadWarning",
     "PointConflictError",
+    "PortError",
     "RequirementError",
     "ScaffoldError",
     "UnknownHandlerError",
@@ -228,6 +229,10 @@ class CheckpointNotFoundError(CheckpointError, FileNotFoundError, ValueError):
 class CheckpointWarning(UserWarning):
     """A checkpoint loaded, but not all of this run's state came from it (a handler added since
     the save starts fresh), or it holds state this run does not use (left alone)."""
+
+
+class PortError(AccelkwError):
+    """A script imports an Accelerate name accelkw does not provide (or does not know)."""
 
 
 class ScaffoldError(AccelkwError, ValueError):

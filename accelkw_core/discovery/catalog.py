@@ -12,6 +12,7 @@ from typing import NamedTuple
 
 __all__ = [
     "ACCELERATE_KEYWORDS",
+    "ACCELERATE_TOP_LEVEL",
     "BUILTINS",
     "HANDLER_DISTRIBUTIONS",
     "PROVIDERS",
@@ -85,6 +86,19 @@ BUILTINS: tuple[Builtin, ...] = (
 REFERENCE_NAMES: dict[str, tuple[str, str]] = {
     ref: (b.module, b.distribution) for b in BUILTINS for ref in (b.cls, *b.extra_names)
 }
+
+# Reference names Accelerate exports from ``accelerate`` itself as well as ``accelerate.utils``.
+ACCELERATE_TOP_LEVEL = frozenset(
+    {
+        "AutocastKwargs",
+        "DDPCommunicationHookType",
+        "DistributedDataParallelKwargs",
+        "FullyShardedDataParallelPlugin",
+        "GradScalerKwargs",
+        "InitProcessGroupKwargs",
+        "ProfileKwargs",
+    }
+)
 
 # Handler registry name -> the distribution that ships it.
 HANDLER_DISTRIBUTIONS: dict[str, str] = {b.name: b.distribution for b in BUILTINS}

@@ -12,7 +12,8 @@ from __future__ import annotations
 import ast
 from typing import NamedTuple
 
-from accelkw_core.errors import AccelkwError
+from accelkw_core.discovery.catalog import ACCELERATE_TOP_LEVEL, REFERENCE_NAMES
+from accelkw_core.errors import PortError
 
 __all__ = ["NAMES", "Name", "PortError", "lookup", "port_imports"]
 
@@ -27,10 +28,6 @@ class Name(NamedTuple):
     name: str
     accelkw: str | None
     note: str = ""
-
-
-class PortError(AccelkwError):
-    """A script imports an Accelerate name accelkw does not provide (or does not know)."""
 
 
 _CORE = "accelkw_core"
@@ -48,21 +45,10 @@ def _rows(module: str, target: str | None, names: str, note: str = "") -> list[N
     return [Name(module, n, target, note) for n in names.split()]
 
 
-_HANDLERS = [
-    ("AutocastKwargs", "accelkw-autocast"),
-    ("DDPCommunicationHookType", "accelkw-ddp"),
-    ("DistributedDataParallelKwargs", "accelkw-ddp"),
-    ("FullyShardedDataParallelPlugin", "accelkw-fsdp"),
-    ("GradScalerKwargs", "accelkw-grad-scaler"),
-    ("InitProcessGroupKwargs", "accelkw-process-group"),
-    ("ProfileKwargs", "accelkw-profile"),
-]
-_UTILS_HANDLERS = [
-    *_HANDLERS,
-    ("GradientAccumulationPlugin", "accelkw-grad-accum"),
-    ("TorchDynamoPlugin", "accelkw-compile"),
-    ("DynamoBackend", "accelkw-compile"),
-]
+# The built-ins' reference classes, from the catalog: Accelerate exports every one from
+# accelerate.utils, and some from accelerate itself too.
+_UTILS_HANDLERS = sorted((name, dist) for name, (_, dist) in REFERENCE_NAMES.items())
+_HANDLERS = [(name, dist) for name, dist in _UTILS_HANDLERS if name in ACCELERATE_TOP_LEVEL]
 
 NAMES: tuple[Name, ...] = (
     # -- ``from accelerate import ...`` -----------------------------------------------------------

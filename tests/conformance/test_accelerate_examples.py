@@ -34,7 +34,9 @@ from tests.conformance.differences import listed
 
 EXAMPLES = Path(__file__).resolve().parent / "accelerate_examples"
 # The built-ins these scripts use (gradient_accumulation_steps= is grad_accum's keyword).
-PLUGINS = "autocast,ddp,profile,grad_scaler,process_group,grad_accum"
+# tracking's log_with="all" means every installed tracker: both built-in tracker plugins here,
+# TensorBoard and MLflow under Accelerate too.
+PLUGINS = "autocast,ddp,profile,grad_scaler,process_group,grad_accum,tensorboard,mlflow"
 
 # Each script with the arguments it runs with besides --cpu (chosen so that its feature acts
 # within the few steps of the synthetic data).
@@ -54,6 +56,7 @@ SCRIPTS = {
     "by_feature/multi_process_metrics": "",
     "by_feature/profiler": "",
     "by_feature/schedule_free": "",
+    "by_feature/tracking": "--with_tracking,--project_dir,{out}/project",
 }
 # Run after SCRIPTS, in order: the checkpointing example saves a checkpoint each epoch, then
 # resumes from its first (``{out}``: a folder of the framework's own; Accelerate's and accelkw's
@@ -90,7 +93,10 @@ def _run(framework: str, nproc: int, tmp_path: Path, specs: list[str]) -> list[d
         launcher += ["-m", "torch.distributed.run", f"--nproc_per_node={nproc}"]
         launcher += ["--master_addr=127.0.0.1", f"--master_port={free_port()}"]
         command += ["--ports", ",".join(str(free_port()) for _ in specs)]
-    env = dict(os.environ, ACCELKW_PLUGINS=PLUGINS, OMP_NUM_THREADS="1")
+    # Accelerate's MLflow tracker uses MLflow's file store, which MLflow 3 allows only so.
+    env = dict(
+        os.environ, ACCELKW_PLUGINS=PLUGINS, OMP_NUM_THREADS="1", MLFLOW_ALLOW_FILE_STORE="true"
+    )
     env.pop("TESTING_MOCKED_DATALOADERS", None)
     proc = subprocess.run(
         launcher + command + specs,
@@ -148,7 +154,7 @@ def test_the_port_changes_the_accelerate_imports_only(script: str) -> None:
 def test_accelerates_examples_print_and_train_alike(
     accelerate: ModuleType, tmp_path: Path, pets: Path, nproc: int
 ) -> None:
-    specs = [f"{s}:{a.format(pets=pets)}" if a else s for s, a in SCRIPTS.items()]
+    specs = [f"{s}:{a.replace('{pets}', str(pets))}" if a else s for s, a in SCRIPTS.items()]
     specs += [f"{s.split(':')[0]}:{a}" for s, a in RESUMED.items()]
     ref = _run("accelerate", nproc, tmp_path, specs)
     ours = _run("accelkw", nproc, tmp_path, specs)
