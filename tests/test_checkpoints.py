@@ -483,7 +483,9 @@ def test_a_shuffled_run_resumed_mid_epoch_sees_the_same_batches(
     _check_resumed_order(results, stop_at, 1)
 
 
+# slow: the examples run resumes a 2-process shuffled run too (by_feature/checkpointing).
 @pytest.mark.multiprocess
+@pytest.mark.slow
 def test_two_processes_resumed_mid_epoch_see_the_same_batches(tmp_path: Path) -> None:
     env = {"OMP_NUM_THREADS": "1"}
     runs = [

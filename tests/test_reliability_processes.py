@@ -41,13 +41,6 @@ PEER_FAILED = re.compile(
 )
 
 
-@pytest.fixture(autouse=True)
-def _slow_only_when_asked(request: pytest.FixtureRequest) -> None:
-    # The default run stays short: marked cases run only when -m names "slow".
-    if request.node.get_closest_marker("slow") and "slow" not in request.config.option.markexpr:
-        pytest.skip("slow: run with -m slow")
-
-
 _LAUNCHES: list[Launch] = []
 
 

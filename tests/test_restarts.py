@@ -68,13 +68,6 @@ def assert_bit_identical(folder: Path, reference: Path) -> None:
         assert torch.equal(mine[key], tensor), key  # type: ignore[arg-type]
 
 
-@pytest.fixture(autouse=True)
-def _slow_only_when_asked(request: pytest.FixtureRequest) -> None:
-    # The default run stays short: marked cases run only when -m names "slow".
-    if request.node.get_closest_marker("slow") and "slow" not in request.config.option.markexpr:
-        pytest.skip("slow: run with -m slow")
-
-
 @pytest.fixture(scope="module")
 def uninterrupted(tmp_path_factory: pytest.TempPathFactory) -> dict[int, Path]:
     """The run nobody kills, on 2 processes and on 1: the weights to match."""

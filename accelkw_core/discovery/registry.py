@@ -422,9 +422,13 @@ class Registry:
         out: dict[str, tuple[PluginRecord, type[Any]]] = {}
         for name, owners in sorted(claims.items()):
             if len({id(cls) for _, cls in owners}) > 1:
+                # Sorted: the order entry points are found in is the file system's.
                 who = " and ".join(
-                    f"{rec.distribution or 'code'} (plugin {rec.name!r}, class {cls.__qualname__})"
-                    for rec, cls in owners
+                    sorted(
+                        f"{rec.distribution or 'code'} (plugin {rec.name!r}, "
+                        f"class {cls.__qualname__})"
+                        for rec, cls in owners
+                    )
                 )
                 for rec, _ in owners:
                     rec.fail(

@@ -120,9 +120,8 @@ def test_the_compile_wrapper_comes_after_ddp_so_it_is_outermost() -> None:
 
 
 @pytest.mark.slow
-def test_inductor_compiles_on_cpu(request: pytest.FixtureRequest) -> None:
-    if "slow" not in (request.config.getoption("-m") or ""):
-        pytest.skip("inductor's first compile takes ~20 s: run with -m slow")
+def test_inductor_compiles_on_cpu() -> None:
+    # slow: inductor's first compile takes ~20 s.
     expected = _train_step(Blocks())
     with _accelerator(dynamo_backend="inductor") as accelerator:
         out, grads = _train_step(accelerator.prepare(Blocks()))
