@@ -66,7 +66,7 @@ class StepContext:
 
         An all-reduce over the run's process group, so every rank must call it, the same
         number of times: call it before any rank-local decision, from an ``around_step``
-        composed outside the ones that may skip (``before = ("grad_scaler",)``) or from an
+        composed outside the ones that may skip (``before = (<the loss scaler's name>,)``) or from an
         ``after_step``. With one process (or a context built without a run) it returns
         ``flag``.
         """
