@@ -242,6 +242,7 @@ def render(names: PluginNames, kind: str = "handler", *, opt_in: bool = False) -
         "dist": names.distribution,
         "package": names.package,
         "cls": names.class_name,
+        "kind": kind,
         "core_req": f"{CORE_DISTRIBUTION}{core_range_for(__version__)}",
         "opt_in": str(opt_in),
         "opt_in_comment": OPT_IN_COMMENT if opt_in else ON_BY_DEFAULT_COMMENT,

@@ -58,7 +58,7 @@ build-backend = "setuptools.build_meta"
 [project]
 name = "$dist"
 version = "0.1.0"
-description = "accelkw handler plugin: $name ($cls)."
+description = "accelkw $kind plugin: $name ($cls)."
 readme = "README.md"
 requires-python = ">=3.11"
 dependencies = ["$core_req"]
@@ -75,9 +75,9 @@ $package = ["py.typed"]
 """
 
 INIT = '''\
-"""$dist: the ``$name`` handler for accelkw."""
+"""$dist: the ``$name`` $kind for accelkw."""
 
-from $package.handler import $cls
+from $package.$kind import $cls
 
 __all__ = ["$cls"]
 '''

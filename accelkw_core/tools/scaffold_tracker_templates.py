@@ -7,39 +7,13 @@ tracker class), ``$core_req``. ``$$`` is a literal dollar sign.
 
 from __future__ import annotations
 
+from accelkw_core.tools.scaffold_templates import INIT, PYPROJECT
+
 __all__ = ["TRACKER_FILES"]
 
-TRACKER_PYPROJECT = """\
-[build-system]
-requires = ["setuptools>=68"]
-build-backend = "setuptools.build_meta"
-
-[project]
-name = "$dist"
-version = "0.1.0"
-description = "accelkw tracker plugin: $name ($cls)."
-readme = "README.md"
-requires-python = ">=3.11"
-dependencies = ["$core_req"]
-
-# How accelkw finds the plugin: the entry point names the module with the hook implementation.
-[project.entry-points.accelkw]
-$name = "$package.plugin"
-
-[tool.setuptools.packages.find]
-include = ["$package*"]
-
-[tool.setuptools.package-data]
-$package = ["py.typed"]
-"""
-
-TRACKER_INIT = '''\
-"""$dist: the ``$name`` tracker for accelkw."""
-
-from $package.tracker import $cls
-
-__all__ = ["$cls"]
-'''
+# The distribution's files every kind shares (``$kind`` and the module name differ).
+TRACKER_PYPROJECT = PYPROJECT
+TRACKER_INIT = INIT
 
 TRACKER = '''\
 """``$cls``: the ``$name`` tracker, what ``Accelerator(log_with="$name")`` writes to.
