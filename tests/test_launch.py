@@ -437,13 +437,15 @@ def test_launch_sets_one_thread_per_worker_without_torchruns_banner(tmp_path: Pa
         tmp_path,
         "threads.py",
         """
-        import os
-        print(f"rank {os.environ['RANK']} OMP_NUM_THREADS={os.environ.get('OMP_NUM_THREADS')}")
+        import os, sys
+        # One write per line: torchrun runs workers unbuffered (python -u), so print's
+        # separate newline write could interleave with the other rank's line.
+        sys.stdout.write(f"rank {os.environ['RANK']} OMP_NUM_THREADS={os.environ.get('OMP_NUM_THREADS')}\\n")
         """,
     )
     out = accelkw("launch", "--nproc-per-node", "2", "threads.py", cwd=tmp_path)
     assert out.returncode == 0, out.stderr
-    assert sorted(out.stdout.split("\n")[:2]) == [
+    assert sorted(out.stdout.splitlines()) == [
         "rank 0 OMP_NUM_THREADS=1",
         "rank 1 OMP_NUM_THREADS=1",
     ]
