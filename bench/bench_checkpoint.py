@@ -1,6 +1,6 @@
 """save_state and load_state of ~300 MB (weights and AdamW state): accelkw beside Accelerate 1.15.
 
-accelkw's save is durable (every file fsynced, a manifest with each file's CRC-32, the folder
+accelkw's save is durable (every file fsynced, a manifest with each file's XXH3-64 hash, the folder
 renamed into place); its load checks every file against the manifest before it changes anything.
 Accelerate's save writes the files and returns (no fsync); its load reads them. Both write
 ``model.safetensors`` (the default) and ``optimizer.bin``.

@@ -259,7 +259,7 @@ class FSDPCheckpoint:
 
     @staticmethod
     def _record_share(writer: CheckpointWriter, name: str) -> None:
-        """Record (fsync, size, CRC-32) this rank's share of the files DCP wrote under ``name``.
+        """Record (fsync, size, XXH3-64 hash) this rank's share of the files DCP wrote under ``name``.
 
         ``dcp.save`` returns once every rank's shards and the metadata are written; the ranks
         split the reading so none reads the whole checkpoint; the core merges what each recorded.
