@@ -11,6 +11,8 @@ module's private (``_``-prefixed) name, at any depth.
 from __future__ import annotations
 
 import ast
+import subprocess
+import sys
 from pathlib import Path
 
 import accelkw_core
@@ -77,3 +79,18 @@ def test_no_private_name_is_imported_across_modules() -> None:
                     if alias.name.startswith("_") and not alias.name.startswith("__"):
                         private.append(f"{path.relative_to(CORE)}:{node.lineno} {alias.name}")
     assert not private, "private names imported across modules:\n" + "\n".join(private)
+
+
+def test_the_plugin_api_pulls_in_no_machinery_a_listing_does_not_run() -> None:
+    # Every plugin imports accelkw_core.plugin, so the first listing after an install pays for
+    # whatever it imports: a save's thread pool and the libc lookup (ctypes.util starts
+    # subprocess) belong to the save, imported when it runs.
+    code = (
+        "import sys, accelkw_core.plugin; "
+        "print(sorted(m for m in ('concurrent.futures', 'ctypes', 'subprocess', 'torch') "
+        "if m in sys.modules))"
+    )
+    out = subprocess.run(
+        [sys.executable, "-c", code], check=True, capture_output=True, text=True, timeout=60
+    )
+    assert out.stdout.strip() == "[]"

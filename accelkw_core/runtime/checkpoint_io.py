@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import io
 import os
-from concurrent.futures import Future, ThreadPoolExecutor
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -21,6 +20,8 @@ from accelkw_core.runtime.durable import EagerFile, FileEntry, entry_of
 from accelkw_core.runtime.manifest import Manifest
 
 if TYPE_CHECKING:
+    from concurrent.futures import Future, ThreadPoolExecutor
+
     from accelkw_core.runtime.state import AcceleratorState
 
 __all__ = ["CheckpointReader", "CheckpointWriter"]
@@ -138,6 +139,10 @@ class CheckpointWriter:
 
     def _executor(self) -> ThreadPoolExecutor:
         if self._pool is None:
+            # Imported here: every plugin imports this module (through accelkw_core.plugin)
+            # and a listing should not pay for the threads a save uses.
+            from concurrent.futures import ThreadPoolExecutor
+
             self._pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="accelkw-fsync")
         return self._pool
 

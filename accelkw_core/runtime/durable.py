@@ -13,15 +13,15 @@ Torch-free: the bytes come from the caller.
 from __future__ import annotations
 
 import contextlib
-import ctypes
-import ctypes.util
 import mmap
 import os
 import shutil
 from collections.abc import Callable, Iterator
-from concurrent.futures import Executor, Future
 from pathlib import Path
-from typing import BinaryIO, NamedTuple
+from typing import TYPE_CHECKING, BinaryIO, NamedTuple
+
+if TYPE_CHECKING:
+    from concurrent.futures import Executor, Future
 
 __all__ = [
     "OLD_SUFFIX",
@@ -148,6 +148,10 @@ def entry_of(path: Path) -> FileEntry:
 
 def _exchange(a: Path, b: Path) -> bool:
     """Swap two existing paths in one atomic step (Linux ``renameat2``); ``False`` if unsupported."""
+    # Imported here: ctypes.util pulls in subprocess, and every plugin imports this module.
+    import ctypes
+    import ctypes.util
+
     name = ctypes.util.find_library("c")
     if not name or not hasattr(os, "uname") or os.uname().sysname != "Linux":
         return False
