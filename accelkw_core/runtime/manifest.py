@@ -67,6 +67,18 @@ class Manifest:
                 folder / name, "is corrupted: its hash differs from the manifest's"
             )
 
+    def check_size(self, folder: Path, name: str) -> None:
+        """Raise :class:`CheckpointError` unless ``folder / name`` is there, of the saved size."""
+        entry = self.entry(folder, name)
+        path = folder / name
+        try:
+            size = path.stat().st_size
+        except FileNotFoundError:
+            raise CheckpointError(path, "is missing") from None
+        except OSError as exc:
+            raise CheckpointError(path, f"cannot be read ({exc.strerror or exc})") from None
+        self._check_size(folder, name, size, entry)
+
     def check_file(self, folder: Path, name: str) -> None:
         """:meth:`check` the file ``folder / name`` on disk (its size first, mapped, not copied)."""
         entry = self.entry(folder, name)
