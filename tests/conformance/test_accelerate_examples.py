@@ -101,6 +101,7 @@ def _run(framework: str, nproc: int, tmp_path: Path, specs: list[str]) -> list[d
     proc = subprocess.run(
         launcher + command + specs,
         env=env,
+        cwd=tmp_path,  # what a script leaves in its working folder (MLflow's mlflow.db) stays there
         capture_output=True,
         text=True,
         timeout=600,
