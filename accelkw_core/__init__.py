@@ -40,6 +40,17 @@ if TYPE_CHECKING:
     from accelkw_core.runtime.project import ProjectConfiguration
     from accelkw_core.runtime.state import AcceleratorState
 
+if TYPE_CHECKING:  # the names that moved in 0.2, typed as what they are (they warn at run time)
+    from accelkw_core.config.selection import order_handlers as order_handlers
+    from accelkw_core.config.selection import resolve_handlers as resolve_handlers
+    from accelkw_core.discovery.hookspecs import hookspec as hookspec
+    from accelkw_core.discovery.registry import HandlerInfo as HandlerInfo
+    from accelkw_core.discovery.registry import PluginRecord as PluginRecord
+    from accelkw_core.plugin import handler_field as handler_field
+    from accelkw_core.plugin import hookimpl as hookimpl
+    from accelkw_core.runtime.composition import compose as compose
+    from accelkw_core.runtime.state import LogEntry as LogEntry
+
 _EXPORTS = {
     "Accelerator": "accelkw_core.runtime.accelerator",
     "AcceleratorState": "accelkw_core.runtime.state",
@@ -103,7 +114,15 @@ __all__ = [
 ]
 
 
-def __getattr__(name: str) -> Any:
+# Hidden from type checkers, which read the imports above instead: a misspelt name is then an
+# error there, not an ``Any``.
+if not TYPE_CHECKING:
+
+    def __getattr__(name: str) -> Any:
+        return _lazy(name)
+
+
+def _lazy(name: str) -> Any:
     module = _EXPORTS.get(name)
     if module is None:
         moved = _MOVED.get(name)

@@ -12,7 +12,7 @@ registry. docs/migrating.md lists every name and where it lives.
 from __future__ import annotations
 
 import importlib
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from accelkw_core.discovery.catalog import REFERENCE_NAMES
 from accelkw_core.handlers.base import KwargsHandler
@@ -81,6 +81,26 @@ from accelkw_core.runtime.processes import DistributedType
 from accelkw_core.runtime.project import ProjectConfiguration
 from accelkw_core.runtime.seeding import set_seed
 from accelkw_core.tracking.selection import LoggerType
+
+if TYPE_CHECKING:
+    # What the lazy lookup below returns, for type checkers, which do not see that lookup: a
+    # misspelt name is then an error, not an ``Any``. The handler classes are the catalog's
+    # reference names (a test keeps the two in step); where a plugin's distribution is not
+    # installed, a type checker cannot find its module and sees ``Any`` for its names.
+    from accelkw_autocast import AutocastKwargs as AutocastKwargs
+    from accelkw_compile import DynamoBackend as DynamoBackend
+    from accelkw_compile import TorchDynamoPlugin as TorchDynamoPlugin
+    from accelkw_ddp import DDPCommunicationHookType as DDPCommunicationHookType
+    from accelkw_ddp import DistributedDataParallelKwargs as DistributedDataParallelKwargs
+    from accelkw_fsdp import FullyShardedDataParallelPlugin as FullyShardedDataParallelPlugin
+    from accelkw_grad_accum import GradientAccumulationPlugin as GradientAccumulationPlugin
+    from accelkw_grad_scaler import GradScalerKwargs as GradScalerKwargs
+    from accelkw_process_group import InitProcessGroupKwargs as InitProcessGroupKwargs
+    from accelkw_profile import ProfileKwargs as ProfileKwargs
+
+    from accelkw_core.runtime.data_loader import SeedableRandomSampler as SeedableRandomSampler
+    from accelkw_core.runtime.data_loader import SkipBatchSampler as SkipBatchSampler
+    from accelkw_core.runtime.data_loader import skip_first_batches as skip_first_batches
 
 # Names whose module imports torch: imported on first access, like the handler classes.
 _LAZY = {
@@ -155,7 +175,14 @@ __all__ = [
 ]
 
 
-def __getattr__(name: str) -> Any:
+# Hidden from type checkers, which read the imports above instead.
+if not TYPE_CHECKING:
+
+    def __getattr__(name: str) -> Any:
+        return _lazy(name)
+
+
+def _lazy(name: str) -> Any:
     if name.startswith("__"):
         raise AttributeError(name)
     lazy = _LAZY.get(name)

@@ -76,3 +76,51 @@ def test_mypy_strict_catches_a_misspelt_accelerator_attribute(tmp_path: Path) ->
     assert status == 1
     assert out.count("error:") == 1, out
     assert '"Accelerator" has no attribute "num_proceses"' in out
+
+
+def test_mypy_strict_catches_misspelt_names_from_the_core_and_types_the_reference_classes(
+    tmp_path: Path,
+) -> None:
+    # Both modules look names up lazily at run time; type checkers see their imports instead,
+    # so a misspelt name is an error and a handler class from accelkw_core.utils is its class.
+    script = tmp_path / "train.py"
+    script.write_text(
+        textwrap.dedent(
+            """
+            import accelkw_core
+            from accelkw_core import Acelerator, Accelerator
+            from accelkw_core.utils import AutocastKwargs, ProfileKwargs, set_sed
+
+            Accelerator(kwargs_handlers=[AutocastKwargs(enabled=True), ProfileKwargs()])
+            AutocastKwargs(enabeld=True)
+            accelkw_core.ProjectConfiguraton
+            """
+        )
+    )
+    out, _, status = mypy_api.run(
+        ["--strict", "--no-error-summary", "--cache-dir", str(tmp_path / "cache"), str(script)]
+    )
+    assert status == 1
+    assert out.count("error:") == 4, out
+    assert 'Module "accelkw_core" has no attribute "Acelerator"' in out
+    assert 'Module "accelkw_core.utils" has no attribute "set_sed"' in out
+    assert 'Unexpected keyword argument "enabeld" for "AutocastKwargs"' in out
+    assert 'Module has no attribute "ProjectConfiguraton"' in out
+
+
+def test_the_typed_imports_of_accelkw_core_utils_are_the_catalogs_reference_names() -> None:
+    import ast
+
+    import accelkw_core.utils
+    from accelkw_core.discovery.catalog import REFERENCE_NAMES
+
+    tree = ast.parse(Path(accelkw_core.utils.__file__).read_text())
+    typed = {
+        alias.asname or alias.name: node.module
+        for block in tree.body
+        if isinstance(block, ast.If) and ast.unparse(block.test) == "TYPE_CHECKING"
+        for node in block.body
+        if isinstance(node, ast.ImportFrom) and not (node.module or "").startswith("accelkw_core")
+        for alias in node.names
+    }
+    assert typed == {name: module for name, (module, _) in REFERENCE_NAMES.items()}
