@@ -6,7 +6,7 @@ Imported by ``Accelerator.prepare`` only.
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 __all__ = ["AcceleratedScheduler"]
 
@@ -80,10 +80,13 @@ class AcceleratedScheduler:
     def print_lr(self, *args: Any, **kwargs: Any) -> Any:
         return self.scheduler.print_lr(*args, **kwargs)
 
-    def __getattr__(self, name: str) -> Any:
-        if name == "scheduler":
-            raise AttributeError(name)
-        return getattr(self.scheduler, name)
+    if not TYPE_CHECKING:
+        # The wrapped scheduler's other attributes (last_epoch, base_lrs, ...) at run time;
+        # hidden from type checkers, so a misspelt attribute is an error there, not an Any.
+        def __getattr__(self, name: str) -> Any:
+            if name == "scheduler":
+                raise AttributeError(name)
+            return getattr(self.scheduler, name)
 
     def __repr__(self) -> str:
         return f"AcceleratedScheduler({self.scheduler!r})"
