@@ -1,11 +1,14 @@
 """Wheels, installed as users get them: every distribution of this checkout is built into a wheel
 (``python -m build --wheel``) and installed, non-editable, into a fresh virtual environment.
 
-- The venv is ``python -m venv --without-pip`` (never ``--system-site-packages``): nothing of this
-  interpreter leaks in. Its third-party dependencies are installed for real by pip, torch pinned
-  to the exact installed version, from the configured local sources (the CPU wheel on disk);
-  accelkw's own distributions come only from the freshly built wheels (``--no-index
-  --find-links``), so a missing file in a wheel cannot be papered over by the checkout.
+- The venv is ``python -m venv --without-pip`` (never ``--system-site-packages``). Its third-party
+  dependencies (torch and the rest of the core's and the plugins' dependency closure) are
+  *shared* as in :mod:`tests.test_install_venv`: a ``.pth`` file adds a folder of symbolic links
+  to this interpreter's distributions, which pip sees as installed and checks every wheel's
+  requirements against. Nothing of accelkw is in that folder: accelkw's own distributions come
+  only from the freshly built wheels (``--no-index --find-links``), so a missing file in a wheel
+  cannot be papered over by the checkout. ``ACCELKW_INSTALL_TEST_TORCH=wheel`` installs torch
+  and the core's dependencies for real instead (20-85 s more).
 - The first case checks what a user of the wheels sees: every built-in ``loaded``, a 2-process
   ``accelkw demo`` that composes them all, ``accelkw plugins new`` writing its template (package
   data present), ``py.typed`` in each wheel and in the installed packages.
@@ -17,8 +20,8 @@
 Every command runs from a scratch folder with ``PYTHONPATH`` and ``ACCELKW_*`` removed (the
 :class:`tests.test_install_venv.Venv` helper), and ``accelkw_core`` must come from the venv.
 Marked ``wheels`` (and ``multiprocess``): ``-m "not wheels"`` leaves them out of a quick run.
-The module takes 80-130 s on the shared 2-core machine, 50-85 s of it pip installing torch; the
-timings of every step are printed at the end of the module (``-s`` shows them).
+The module takes ~35 s on the shared 2-core machine; the timings of every step are printed at
+the end of the module (``-s`` shows them).
 """
 
 from __future__ import annotations
@@ -41,6 +44,7 @@ from packaging.version import Version
 
 from accelkw_core import __version__
 from tests.test_install_venv import (
+    FULL_TORCH,
     REPO,
     Venv,
     builtin_plugins,
@@ -134,13 +138,16 @@ def built(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Built]:
     venv = Venv(root=base / "venv", work=base / "work")
     venv.work.mkdir()
     venv.run("create venv", [sys.executable, "-m", "venv", "--without-pip", str(venv.root)])
-    # The tracker plugins' own dependencies (tensorboard, mlflow-skinny, ...), shared from this
-    # interpreter so the offline install below finds them installed; shared first, so the
-    # core's requirements are met by the same versions (importlib-metadata within mlflow's range).
-    link_distributions(dependency_closure(plugin_dependencies()), base / "shared")
+    # The plugins' own dependencies (tensorboard, mlflow-skinny, ...) and, unless torch is to be
+    # installed for real, the core's (torch included), shared from this interpreter so the
+    # offline install below finds them installed.
+    core_deps = tomllib.loads((REPO / "pyproject.toml").read_text())["project"]["dependencies"]
+    shared = [*plugin_dependencies(), *([] if FULL_TORCH else [*core_deps, "numpy"])]
+    link_distributions(dependency_closure(shared), base / "shared")
     purelib = sysconfig.get_path("purelib", vars={"base": str(venv.root)})
     Path(purelib, "_shared_dependencies.pth").write_text(f"{base / 'shared'}\n")
-    install_dependencies(venv)
+    if FULL_TORCH:
+        install_dependencies(venv)
 
     src, dist_dir = base / "src", base / "dist"
     dist_dir.mkdir()
