@@ -177,6 +177,22 @@ def test_a_state_torch_would_refuse_fails_at_save_naming_its_owner(tmp_path: Pat
     assert sorted(p.name for p in tmp_path.iterdir()) == ["ckpt"]
 
 
+def test_an_optimizer_state_that_cannot_be_written_fails_the_save_and_keeps_the_last(
+    tmp_path: Path,
+) -> None:
+    # An optimizer's state is written on a thread of its own: what goes wrong there is raised by
+    # save_state all the same, after every thread has stopped writing into the folder.
+    acc = make()
+    _, optimizer, _, _ = trained(acc)
+    acc.save_state(tmp_path / "ckpt")
+    saved = read_manifest(tmp_path / "ckpt")
+    optimizer.optimizer.state[next(iter(optimizer.optimizer.state))]["hook"] = lambda: None
+    with pytest.raises(CheckpointError, match=r"optimizer\.bin cannot be saved \(.*pickle"):
+        acc.save_state(tmp_path / "ckpt")
+    assert read_manifest(tmp_path / "ckpt") == saved
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["ckpt"]
+
+
 # -- handlers added and removed since the save ------------------------------------------------
 
 

@@ -123,13 +123,16 @@ class CheckpointWriter:
     def _save_eagerly(path: Path, obj: Any, sync: Executor) -> FileEntry:
         import torch
 
-        with open(path, "wb") as fh:
-            eager = EagerFile(fh, sync)
-            try:
-                torch.save(obj, eager)
-            finally:
-                eager.close()
-        return entry_of(path)
+        try:
+            with open(path, "wb") as fh:
+                eager = EagerFile(fh, sync)
+                try:
+                    torch.save(obj, eager)
+                finally:
+                    eager.close()
+            return entry_of(path)
+        except Exception as exc:
+            raise CheckpointError(path, f"cannot be saved ({_first_line(exc)})") from exc
 
     def save_tensors(self, name: str, tensors: dict[str, Any]) -> Path:
         """A dict of tensors as a safetensors file (``model.safetensors``)."""
