@@ -73,24 +73,19 @@ class Manifest:
         path = folder / name
         try:
             size = path.stat().st_size
-        except FileNotFoundError:
-            raise CheckpointError(path, "is missing") from None
         except OSError as exc:
-            raise CheckpointError(path, f"cannot be read ({exc.strerror or exc})") from None
+            raise _unreadable(path, exc) from None
         self._check_size(folder, name, size, entry)
 
     def check_file(self, folder: Path, name: str) -> None:
         """:meth:`check` the file ``folder / name`` on disk (its size first, mapped, not copied)."""
-        entry = self.entry(folder, name)
+        self.check_size(folder, name)
         path = folder / name
         try:
-            self._check_size(folder, name, path.stat().st_size, entry)
             with mapped(path) as view:
                 self.check(folder, name, view)
-        except FileNotFoundError:
-            raise CheckpointError(path, "is missing") from None
         except OSError as exc:
-            raise CheckpointError(path, f"cannot be read ({exc.strerror or exc})") from None
+            raise _unreadable(path, exc) from None
 
     @staticmethod
     def _check_size(folder: Path, name: str, size: int, entry: FileEntry) -> None:
@@ -103,6 +98,12 @@ class Manifest:
     def missing(self, folder: Path) -> list[str]:
         """The listed files that are not in ``folder``."""
         return [name for name in sorted(self.files) if not (folder / name).is_file()]
+
+
+def _unreadable(path: Path, exc: OSError) -> CheckpointError:
+    if isinstance(exc, FileNotFoundError):
+        return CheckpointError(path, "is missing")
+    return CheckpointError(path, f"cannot be read ({exc.strerror or exc})")
 
 
 def _entries(raw: Any, path: Path) -> dict[str, FileEntry]:
