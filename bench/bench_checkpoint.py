@@ -32,13 +32,14 @@ import sys
 import tempfile
 import time
 from pathlib import Path
+from typing import Any
 
 CHILD = r"""
 import json, os, shutil, sys, time
 from pathlib import Path
 import torch
 
-framework, folder, saves = sys.argv[1], Path(sys.argv[2]), int(sys.argv[3])
+folder, framework, saves = Path(sys.argv[1]), sys.argv[2], int(sys.argv[3])
 torch.set_num_threads(1)
 torch.manual_seed(0)
 if framework == "accelkw":
@@ -98,36 +99,34 @@ print(json.dumps(times))
 FRAMEWORKS = ("accelerate", "accelkw")
 
 
-def run_child(framework: str, base: Path, saves: int) -> dict[str, list[float] | int]:
-    folder = Path(tempfile.mkdtemp(dir=base, prefix=f"{framework}-"))
+def run_in_folder(base: Path, prefix: str, code: str, *args: str) -> Any:
+    """Run ``code`` in a fresh interpreter with a new folder under ``base`` as its first argument;
+    the JSON of its last printed line. The folder is removed afterwards."""
+    folder = Path(tempfile.mkdtemp(dir=base, prefix=prefix))
     try:
         env = {**os.environ, "OMP_NUM_THREADS": "1", "ACCELKW_PLUGINS": "process_group"}
         out = subprocess.run(
-            [sys.executable, "-c", CHILD, framework, str(folder), str(saves)],
+            [sys.executable, "-c", code, str(folder), *args],
             check=True,
             capture_output=True,
             text=True,
             env=env,
         ).stdout
-        result: dict[str, list[float] | int] = json.loads(out.strip().splitlines()[-1])
-        return result
+        return json.loads(out.strip().splitlines()[-1])
     finally:
         shutil.rmtree(folder, ignore_errors=True)
+
+
+def run_child(framework: str, base: Path, saves: int) -> dict[str, list[float] | int]:
+    result: dict[str, list[float] | int] = run_in_folder(
+        base, f"{framework}-", CHILD, framework, str(saves)
+    )
+    return result
 
 
 def run_floor(base: Path, size: int, saves: int) -> list[float]:
-    folder = Path(tempfile.mkdtemp(dir=base, prefix="floor-"))
-    try:
-        out = subprocess.run(
-            [sys.executable, "-c", FLOOR, str(folder), str(size), str(saves)],
-            check=True,
-            capture_output=True,
-            text=True,
-        ).stdout
-        times: list[float] = json.loads(out)
-        return times
-    finally:
-        shutil.rmtree(folder, ignore_errors=True)
+    times: list[float] = run_in_folder(base, "floor-", FLOOR, str(size), str(saves))
+    return times
 
 
 def show(samples: list[float]) -> str:
