@@ -12,6 +12,7 @@ from accelkw_core.errors import (
     PointConflictError,
     suggest,
 )
+from accelkw_core.handlers.accelerate_env import AccelerateEnv, accelerate_flag, read_declared
 from accelkw_core.handlers.base import KwargsHandler, handler_field
 from accelkw_core.handlers.enums import ReferenceEnum
 from accelkw_core.handlers.plan import Plan, PlanStep
@@ -80,6 +81,7 @@ __all__ = [
     "PROFILER",
     "TEARDOWN",
     "UNSCALE_GRADIENTS",
+    "AccelerateEnv",
     "AcceleratorState",
     "AccelkwError",
     "AccumulationPolicy",
@@ -113,7 +115,9 @@ __all__ = [
     "SuspendSync",
     "Teardown",
     "Unscale",
+    "accelerate_flag",
     "handler_field",
     "hookimpl",
+    "read_declared",
     "suggest",
 ]

@@ -62,11 +62,15 @@ def test_one_process_and_no_option_runs_the_script_directly() -> None:
     assert cmd == [sys.executable, "-m", WORKER, "--module", "pkg.train"]
 
 
-def test_several_processes_go_through_torchrun_on_a_free_local_port() -> None:
+def test_several_processes_go_through_torchrun_on_a_port_torchrun_picks() -> None:
     cmd, _ = build_command(launch_args(nproc_per_node="2"), "train.py", ["-x"])
     assert cmd[:5] == [sys.executable, "-m", "accelkw_core.cli.torchrun", "--nproc-per-node", "2"]
-    assert cmd[cmd.index("--master-addr") + 1] == "127.0.0.1"
-    assert int(cmd[cmd.index("--master-port") + 1]) > 0
+    # A c10d rendezvous on port 0: the store takes a free port when it starts, so no port is
+    # found free here and released for another process to take first (torchrun's --standalone).
+    assert cmd[cmd.index("--rdzv-backend") + 1] == "c10d"
+    assert cmd[cmd.index("--rdzv-endpoint") + 1] == "127.0.0.1:0"
+    assert cmd[cmd.index("--local-addr") + 1] == "127.0.0.1"
+    assert "--master-port" not in cmd
     # Each worker starts through accelkw_core.cli.worker, which runs the script.
     assert cmd[-4:] == ["--module", WORKER, "train.py", "-x"]
 
@@ -114,8 +118,7 @@ def test_restarts_on_one_machine_use_a_rendezvous_the_restarted_workers_can_meet
     cmd, env = build_command(launch_args(nproc_per_node="2", max_restarts="2"), "t.py", [], env={})
     assert "--master-addr" not in cmd and "--master-port" not in cmd
     assert cmd[cmd.index("--rdzv-backend") + 1] == "c10d"
-    host, _, port = cmd[cmd.index("--rdzv-endpoint") + 1].rpartition(":")
-    assert host == "127.0.0.1" and int(port) > 0
+    assert cmd[cmd.index("--rdzv-endpoint") + 1] == "127.0.0.1:0"
     assert cmd[cmd.index("--local-addr") + 1] == "127.0.0.1"
     assert cmd[cmd.index("--max-restarts") + 1] == "2"
     assert env["TORCH_DISABLE_SHARE_RDZV_TCP_STORE"] == "1"
@@ -129,7 +132,7 @@ def test_restarts_on_one_machine_use_a_rendezvous_the_restarted_workers_can_meet
     for restarts in (None, "0"):
         given = launch_args(nproc_per_node="2", max_restarts=restarts)
         cmd, env = build_command(given, "t.py", [], env={})
-        assert "--master-port" in cmd and "--rdzv-backend" not in cmd
+        assert cmd[cmd.index("--rdzv-endpoint") + 1] == "127.0.0.1:0"
         assert "TORCH_DISABLE_SHARE_RDZV_TCP_STORE" not in env
 
 
@@ -183,11 +186,15 @@ def test_workers_get_torchrun_variables_and_the_config_and_a_failure_status(
         tmp_path,
         "report.py",
         """
-        import json, os, sys
+        import json, os, sys, time
         rank = int(os.environ["RANK"])
         keys = ("RANK", "LOCAL_RANK", "WORLD_SIZE", "MASTER_ADDR", "ACCELKW_CONFIG")
-        with open(f"rank{rank}.json", "w") as fh:
+        with open(f"rank{rank}.json.tmp", "w") as fh:
             json.dump({k: os.environ.get(k) for k in keys} | {"argv": sys.argv[1:]}, fh)
+        os.replace(f"rank{rank}.json.tmp", f"rank{rank}.json")
+        # Rank 1 fails only once rank 0 has reported: torchrun stops the others at a failure.
+        while rank == 1 and not os.path.exists("rank0.json"):
+            time.sleep(0.05)
         sys.exit(7 if rank == 1 else 0)
         """,
     )

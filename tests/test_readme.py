@@ -68,3 +68,21 @@ def test_the_ten_line_plugin_plans_and_applies(monkeypatch: pytest.MonkeyPatch) 
         state = compose_handlers(plugins=[module], state=make_state(world_size=2, rank=1))
     assert state.messages("seed") == ["seed torch with 43"]
     state.run_teardowns()
+
+
+def _installs(name: str) -> list[str]:
+    lines = (REPO / name).read_text().splitlines()
+    return [line.strip() for line in lines if line.strip() and not line.lstrip().startswith("#")]
+
+
+def test_the_main_job_installs_no_tracker_and_the_tests_install_both() -> None:
+    """The README's first command stays light: tensorboard and mlflow (and their ~80
+    dependencies) come with the test requirements, or when asked."""
+    main, dev = _installs("requirements.txt"), _installs("requirements-dev.txt")
+    trackers = ["-e ./plugins/tensorboard", "-e ./plugins/mlflow"]
+    assert not set(trackers) & set(main)
+    assert "-r requirements.txt" in dev and set(trackers) <= set(dev)
+    # Every built-in handler plugin is in the main job's install: the demo composes them.
+    from accelkw_core.discovery.catalog import BUILTINS
+
+    assert {f"-e ./plugins/{b.folder}" for b in BUILTINS} <= set(main)

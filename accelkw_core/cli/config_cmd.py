@@ -1,4 +1,5 @@
-"""``accelkw config check [FILE]``: validate a config and print the effective settings."""
+"""``accelkw config check [FILE]``: validate a config and print the effective settings.
+``accelkw config import PATH``: an ``accelerate config`` YAML as accelkw's TOML."""
 
 from __future__ import annotations
 
@@ -6,7 +7,7 @@ import argparse
 import sys
 from typing import Any
 
-__all__ = ["add_parser", "cmd_check"]
+__all__ = ["add_parser", "cmd_check", "cmd_import"]
 
 
 def add_parser(sub: Any) -> None:
@@ -29,6 +30,18 @@ def add_parser(sub: Any) -> None:
         "allow/deny list naming a plugin that is not installed",
     )
     check.set_defaults(func=cmd_check)
+    imp = csub.add_parser(
+        "import",
+        help="convert the YAML `accelerate config` wrote into accelkw's TOML",
+        description="Read PATH (the YAML or JSON `accelerate config` writes) as `accelerate "
+        "launch --config_file` reads it and print accelkw's TOML for it (or write it with "
+        "--output), saying where each key went: [accelerator], a [handlers.NAME] table of an "
+        "installed handler, the accelkw launch options that carry the process layout, or "
+        "refused with the reason. Exit status 1 when a key is refused.",
+    )
+    imp.add_argument("path", help="the accelerate config file")
+    imp.add_argument("-o", "--output", help="write the TOML here (refuses an existing file)")
+    imp.set_defaults(func=cmd_import)
 
 
 def cmd_check(args: argparse.Namespace) -> int:
@@ -72,3 +85,32 @@ def cmd_check(args: argparse.Namespace) -> int:
     strict = " (--strict: warnings count as errors)" if args.strict and warned else ""
     print(f"{'ok' if ok else 'invalid'}: {counts}{strict}")
     return 0 if ok else 1
+
+
+def cmd_import(args: argparse.Namespace) -> int:
+    import tomli_w
+
+    from accelkw_core.config.accelerate_import import import_accelerate_config
+
+    imported = import_accelerate_config(args.path)
+    text = tomli_w.dumps(imported.toml)
+    report = sys.stderr if not args.output else sys.stdout
+    for line in imported.mapped:
+        print(f"mapped: {line}", file=report)
+    if imported.launch:
+        print(f"launch with: accelkw launch {' '.join(imported.launch)} SCRIPT", file=report)
+    for line in imported.unused:
+        print(f"unused: {line}", file=report)
+    for err in imported.refused:
+        print(f"refused: {err}", file=report)
+    if args.output:
+        try:
+            with open(args.output, "x", encoding="utf-8") as fh:
+                fh.write(text)
+        except FileExistsError:
+            print(f"accelkw: error: {args.output} exists; choose another path", file=sys.stderr)
+            return 1
+        print(f"wrote {args.output}")
+    else:
+        sys.stdout.write(text)
+    return 1 if imported.refused else 0

@@ -34,8 +34,10 @@ def add_parser(sub: Any) -> None:
         help="versions, plugins, devices, backends and variables, for bug reports",
         description="Print what a bug report needs: the versions of Python, torch and "
         "accelkw-core, every plugin with its distribution, version and status, the devices and "
-        "distributed backends torch sees, and the ACCELKW_* and torchrun variables that are "
-        "set. Paste the output into the report.",
+        "distributed backends torch sees, the ACCELKW_* and torchrun variables that are set, "
+        "and each of Accelerate's variables (ACCELERATE_*, FSDP_*) that is set, with what "
+        "accelkw does with it (honoured, refused or unused, and why). Paste the output into "
+        "the report.",
     )
     env.add_argument("--json", action="store_true", help="print the same facts as JSON")
     env.set_defaults(func=cmd_env)
@@ -105,6 +107,7 @@ def collect_env() -> dict[str, Any]:
             for k, v in sorted(os.environ.items())
             if k.startswith("ACCELKW_") or k in RUN_VARIABLES
         },
+        "accelerate variables": _accelerate_variables(registry),
     }
     extra: dict[str, Any] = {}
     try:
@@ -114,6 +117,17 @@ def collect_env() -> dict[str, Any]:
     if extra:
         info["from plugins"] = extra
     return info
+
+
+def _accelerate_variables(registry: Any) -> dict[str, str]:
+    """Each ``ACCELERATE_*``/``FSDP_*`` variable set, with what accelkw does with it."""
+    from accelkw_core.config.accelerate_env import describe_accelerate_env
+
+    classes = {name: info.cls for name, info in registry.handlers().items()}
+    return {
+        f.variable: f"{f.value!r}: {f.action}: {f.what}"
+        for f in describe_accelerate_env(os.environ, classes)
+    }
 
 
 def cmd_env(args: argparse.Namespace) -> int:

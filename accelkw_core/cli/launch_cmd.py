@@ -3,7 +3,9 @@
 The engine is ``torch.distributed.run``; this command adds, before any worker starts, a check
 of its own options, of the script and of the effective configuration (one line and exit 1 for
 each fault, not a traceback per rank); the config, carried to every worker in
-``ACCELKW_CONFIG``; a free local port for single-node runs; ``OMP_NUM_THREADS=1`` when unset, as
+``ACCELKW_CONFIG``; ``accelerate launch``'s flags and its ``--config_file`` YAML, carried out as
+Accelerate's launcher does (:func:`apply_accelerate_options`); for single-node runs, a
+rendezvous on a port torchrun picks; ``OMP_NUM_THREADS=1`` when unset, as
 torchrun would set it, without its banner; with ``--max-restarts``, a rendezvous whose restarted
 workers can meet again; the first failed worker's exit status; and process
 hygiene: signals forwarded, a Ctrl-C that stops everything within seconds, and workers that die
@@ -19,6 +21,7 @@ import sys
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+from accelkw_core.cli.accelerate_options import add_accelerate_options, given_values
 from accelkw_core.cli.worker import ERRORS_ENV, PARENT_ENV
 from accelkw_core.errors import ConfigError
 
@@ -26,6 +29,7 @@ __all__ = [
     "INTERRUPT_GRACE_S",
     "add_launch_options",
     "add_parser",
+    "apply_accelerate_options",
     "build_command",
     "check_launch_options",
     "cmd_launch",
@@ -50,6 +54,12 @@ PASSTHROUGH = {
     "master_addr": "--master-addr",
     "master_port": "--master-port",
     "max_restarts": "--max-restarts",
+    # Reached through Accelerate's flags (--rdzv_conf, --monitor_interval, --tee, ...).
+    "rdzv_conf": "--rdzv-conf",
+    "monitor_interval": "--monitor-interval",
+    "tee": "--tee",
+    "log_dir": "--log-dir",
+    "role": "--role",
 }
 # The options that choose the rendezvous; with none given, launch picks one (see build_command).
 RENDEZVOUS = ("rdzv_endpoint", "rdzv_backend", "rdzv_id", "master_addr", "master_port")
@@ -94,6 +104,7 @@ def add_parser(sub: Any) -> None:
     launch.add_argument(
         "-m", "--module", action="store_true", help="SCRIPT is a module name, as python -m"
     )
+    add_accelerate_options(launch)
     launch.add_argument("script", help="the training script (or module with -m)")
     launch.add_argument("script_args", nargs=argparse.REMAINDER, help="arguments for the script")
     launch.set_defaults(func=cmd_launch)
@@ -110,8 +121,9 @@ def build_command(
     """The command line and environment that run ``script`` as ``args`` ask."""
     from accelkw_core.config.files import CONFIG_ENV
 
-    check_launch_options(args)
     child_env = dict(os.environ if env is None else env)
+    child_env.update(apply_accelerate_options(args))
+    check_launch_options(args)
     if args.config:
         from accelkw_core.config.files import find_config, load_config
 
@@ -139,18 +151,65 @@ def build_command(
         # addresses the killed one published there (gloo "Connection refused", NCCL the same;
         # pytorch/pytorch#135712). Not sharing it, rank 0 of each attempt hosts a fresh one.
         child_env.setdefault(UNSHARED_STORE_ENV, "1")
-    if single_node and restarts and not given.keys() & RENDEZVOUS:
-        # The static rendezvous keeps one store for every attempt even so; c10d's is per round.
-        endpoint = f"127.0.0.1:{_free_port()}"
-        cmd += ["--rdzv-backend", "c10d", "--rdzv-endpoint", endpoint, "--local-addr", "127.0.0.1"]
-    elif single_node and "master_port" not in given:
-        # torchrun's fixed default port 29500 collides between concurrent runs on one machine.
-        given.setdefault("master_addr", "127.0.0.1")
-        given["master_port"] = str(_free_port())
+    if single_node and not given.keys() & {
+        "rdzv_endpoint",
+        "rdzv_backend",
+        "rdzv_id",
+        "master_port",
+    }:
+        # torchrun's fixed default port 29500 collides between concurrent runs on one machine:
+        # a c10d rendezvous on port 0 lets the store take a free port when it starts (nothing
+        # found free here and released, for another process to take first). Its store is also
+        # one per attempt, which a restarting run needs (the static one keeps one for all).
+        host = given.pop("master_addr", "127.0.0.1")
+        cmd += ["--rdzv-backend", "c10d", "--rdzv-endpoint", f"{host}:0", "--local-addr", host]
     for key, value in given.items():
         cmd += [PASSTHROUGH[key], str(value)]
     cmd += ["--module", WORKER, *target, *script_args]
     return cmd, child_env
+
+
+def apply_accelerate_options(args: argparse.Namespace) -> dict[str, str]:
+    """Carry out the Accelerate flags in ``args`` (and the ``--config_file`` they name).
+
+    Sets the torchrun options they stand for on ``args`` and returns the variables the workers
+    get, as ``accelerate launch`` would set them. An Accelerate flag and accelkw's own option
+    for the same thing (``--num_processes 4`` with ``--nproc-per-node 2``) must agree.
+    """
+    from accelkw_core.config.accelerate_launch import translate
+
+    values: dict[str, object] = {}
+    sources: dict[str, str] = {}
+    path = getattr(args, "accelerate_config_file", None)
+    if path:
+        from accelkw_core.config.accelerate_yaml import read_accelerate_config
+
+        read = read_accelerate_config(path)
+        values.update(read.flags)
+        sources.update(read.sources)
+        for key, value in read.shared.items():
+            if getattr(args, key, None) is None:
+                setattr(args, key, str(value))
+    given = given_values(args)
+    given.pop("config_file", None)
+    for name in given:
+        sources.pop(name, None)  # the command line wins over the file, as in Accelerate
+    values.update(given)
+    if not values:
+        return {}
+    translation = translate(values, sources)
+    for key, value in translation.torchrun.items():
+        mine = getattr(args, key, None)
+        if mine is not None and str(mine) != value:
+            raise ConfigError(
+                "launch",
+                key,
+                mine,
+                f"{value!r}, as the Accelerate flags ask, or one of the two left out",
+                source=f"option --{key.replace('_', '-')}",
+            )
+        setattr(args, key, value)
+    return translation.env
 
 
 def _restarts(args: argparse.Namespace) -> int:
@@ -315,14 +374,6 @@ def run_child(
     if kill_at:  # interrupted: the status of a Ctrl-C, however the run then ended
         return 128 + signal.SIGINT if code != 0 else 0
     return 128 - code if code < 0 else code
-
-
-def _free_port() -> int:
-    import socket
-
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 def cmd_launch(args: argparse.Namespace) -> int:

@@ -6,7 +6,9 @@ its value came from, so ``accelkw plan`` and ``accelkw config check`` can show i
 
 Environment variables: ``ACCELKW_MIXED_PRECISION``, ``ACCELKW_CPU`` and
 ``ACCELKW_<HANDLER>__<FIELD>`` (``ACCELKW_DDP__BUCKET_CAP_MB=50``,
-``ACCELKW_PROCESS_GROUP__TIMEOUT=30s``), read with the text forms ``from_mapping`` accepts.
+``ACCELKW_PROCESS_GROUP__TIMEOUT=30s``), read with the text forms ``from_mapping`` accepts; and
+Accelerate's own (``ACCELERATE_MIXED_PRECISION``, ``ACCELERATE_USE_FSDP`` with ``FSDP_*``, ...),
+which rank below the ``ACCELKW_*`` ones (see :mod:`.accelerate_env`).
 
 Neither a file nor an override imports code: a callable field (``on_trace_ready``) is set in
 code, unless ``ACCELKW_ALLOW_IMPORTS=1`` lets its value name one as ``"package.module:function"``.
@@ -20,6 +22,14 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from accelkw_core.config.accelerate_env import (
+    MIXED_PRECISION_VAR,
+    USE_CPU_VAR,
+    accelerate_cpu,
+    accelerate_mixed_precision,
+    check_accelerate_env,
+    handler_readings,
+)
 from accelkw_core.config.files import ConfigFile, check_mixed_precision, find_config, load_config
 from accelkw_core.config.selection import (
     conflicting_defaults,
@@ -148,7 +158,10 @@ def resolve_settings(
     registry.warn_incompatible(skip=out.disabled, stacklevel=3)
 
     classes = {n: type(code[n]) if n in code else installed[n].cls for n in sorted(known)}
+    attempt(check_accelerate_env, env, classes)
+    readings = handler_readings(classes, env)
     requested = {n for n in known if n in code or n in cfg.handlers or n in env_values}
+    requested |= {n for n, reading in readings.items() if reading.requested}
     requested |= {n for n in known if cfg.enable is not None and n in cfg.enable}
     for name, cls in classes.items():
         if cls.opt_in and name not in requested and name not in out.disabled:
@@ -161,7 +174,10 @@ def resolve_settings(
     out.disabled.update(conflicting_defaults(wanted, defaults))
 
     for name, cls in classes.items():
-        built = attempt(_build, name, cls, code.get(name), cfg, env_values.get(name, {}), imports)
+        accelerate = readings[name].fields if name in readings else {}
+        built = attempt(
+            _build, name, cls, code.get(name), cfg, env_values.get(name, {}), imports, accelerate
+        )
         if name in out.disabled:
             continue
         if built is None:
@@ -184,19 +200,26 @@ def _accelerator(
     file_values = cfg.accelerator
     file_label = f"file {cfg.where('accelerator')}"
     env_mp = env.get(f"{ENV_PREFIX}MIXED_PRECISION")
+    accelerate_mp = accelerate_mixed_precision(env)
     if mixed_precision is not None:
         out.mixed_precision, how = check_mixed_precision(mixed_precision, CODE), CODE
     elif env_mp:
         var = f"{ENV_PREFIX}MIXED_PRECISION"
         value = check_mixed_precision(env_mp.strip().lower(), f"environment variable {var}")
         out.mixed_precision, how = value, f"env {var}"
+    elif accelerate_mp:
+        where = f"environment variable {MIXED_PRECISION_VAR}"
+        out.mixed_precision = check_mixed_precision(accelerate_mp, where)
+        how = f"env {MIXED_PRECISION_VAR}"
     elif "mixed_precision" in file_values:
         out.mixed_precision, how = file_values["mixed_precision"], file_label
     else:
         how = DEFAULT
     out.accelerator_sources["mixed_precision"] = how
     env_cpu = _env_flag(env, f"{ENV_PREFIX}CPU", "cpu")
-    if cpu is not None:
+    if accelerate_cpu(env):  # Accelerate's meaning: true wins over cpu=False in code
+        out.cpu, how = True, f"env {USE_CPU_VAR}"
+    elif cpu is not None:
         out.cpu, how = bool(cpu), CODE
     elif env_cpu is not None:
         out.cpu, how = env_cpu, f"env {ENV_PREFIX}CPU"
@@ -296,6 +319,7 @@ def _build(
     cfg: ConfigFile,
     env_fields: Mapping[str, tuple[str, str]],
     imports: bool = False,
+    accelerate: Mapping[str, tuple[str, object]] | None = None,
 ) -> HandlerSettings:
     values: dict[str, Any] = {}
     sources: dict[str, str] = {}
@@ -308,6 +332,13 @@ def _build(
             raise exc.with_source(where) from None
         for key, value in parsed.items():
             values[key], sources[key] = value, f"file {where}"
+    for key, (var, raw) in (accelerate or {}).items():
+        # One at a time, so an error names the variable that gave the value.
+        try:
+            parsed = coerce_values(cls, {key: raw}, strings=True)
+        except ConfigError as exc:
+            raise exc.with_source(f"environment variable {var}") from None
+        values[key], sources[key] = parsed[key], f"env {var}"
     if env_fields:
         raw = {f: v for f, (_, v) in env_fields.items()}
         try:

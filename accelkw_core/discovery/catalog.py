@@ -11,6 +11,8 @@ from __future__ import annotations
 from typing import NamedTuple
 
 __all__ = [
+    "ACCELERATE_ENV_PREFIXES",
+    "ACCELERATE_ENV_PROVIDERS",
     "ACCELERATE_KEYWORDS",
     "ACCELERATE_TOP_LEVEL",
     "BUILTINS",
@@ -129,6 +131,17 @@ ACCELERATE_KEYWORDS: dict[str, tuple[str | None, object]] = {
     "torch_tp_plugin": (None, None),
     "parallelism_config": (None, None),
 }
+
+# Accelerate's variables that ask for a built-in's work on their own -> (the built-in whose
+# handler declares it, the value that asks for nothing: "flag" for Accelerate's false words).
+# Read only to name the distribution to install when none declares the variable.
+ACCELERATE_ENV_PROVIDERS: dict[str, tuple[str, str]] = {
+    "ACCELERATE_USE_FSDP": ("fsdp", "flag"),
+    "ACCELERATE_DYNAMO_BACKEND": ("compile", "no"),
+    "ACCELERATE_GRADIENT_ACCUMULATION_STEPS": ("grad_accum", "1"),
+}
+# Prefixes of the variables Accelerate's plugins read -> the built-in that reads them here.
+ACCELERATE_ENV_PREFIXES: dict[str, str] = {"FSDP_": "fsdp", "ACCELERATE_DYNAMO_": "compile"}
 
 # Tracker name -> the distribution that ships it (the built-in tracker plugins).
 TRACKER_DISTRIBUTIONS: dict[str, str] = {

@@ -8,6 +8,7 @@ from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any, ClassVar, Self
 
 from accelkw_core.errors import ConfigError, suggest
+from accelkw_core.handlers.accelerate_env import AccelerateEnv, read_declared
 
 if TYPE_CHECKING:
     from accelkw_core.handlers.plan import Plan
@@ -71,6 +72,11 @@ class KwargsHandler:
     #: never as a default instance of an installed handler: for handlers that change how a run
     #: trains (sharding, compilation), which Accelerate also applies only on request.
     opt_in: ClassVar[bool] = False
+    #: Accelerate's environment variables this handler takes its defaults from, as Accelerate's
+    #: own class does: variable -> the field it sets, or ``"*"`` for the switch whose true value
+    #: asks for the handler (``ACCELERATE_USE_FSDP``). The core reads them, never the handler;
+    #: override :meth:`from_accelerate_env` when Accelerate reads one only in some cases.
+    accelerate_env: ClassVar[Mapping[str, str]] = {}
     _accelkw_explicit: frozenset[str]
 
     def __new__(cls, *args: Any, **kwargs: Any) -> Self:
@@ -83,6 +89,16 @@ class KwargsHandler:
         explicit.update(k for k in kwargs if k in names)
         object.__setattr__(self, "_accelkw_explicit", frozenset(explicit))
         return self
+
+    @classmethod
+    def from_accelerate_env(cls, env: Mapping[str, str]) -> AccelerateEnv:
+        """What Accelerate's variables in ``env`` (a mapping the core passes) ask of this class.
+
+        The default reads :attr:`accelerate_env` plainly: a true switch requests the handler,
+        every other variable set gives its field's value as text. Values are checked later, when
+        the core builds the handler through its validated path.
+        """
+        return read_declared(cls.accelerate_env, env)
 
     def replace(self, **changes: Any) -> Self:
         """A copy with ``changes`` applied that keeps this handler's explicit fields.

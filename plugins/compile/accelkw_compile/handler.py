@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, ClassVar
 
 from accelkw_core.plugin import (
     MODEL_WRAPPER,
+    AccelerateEnv,
     ConfigError,
     KwargsHandler,
     Plan,
@@ -86,6 +88,13 @@ class TorchDynamoPlugin(KwargsHandler):
         "dynamo_backend": "backend",
         "dynamo_plugin": "*",
     }
+    accelerate_env: ClassVar[dict[str, str]] = {
+        "ACCELERATE_DYNAMO_BACKEND": "backend",
+        "ACCELERATE_DYNAMO_MODE": "mode",
+        "ACCELERATE_DYNAMO_USE_FULLGRAPH": "fullgraph",
+        "ACCELERATE_DYNAMO_USE_DYNAMIC": "dynamic",
+        "ACCELERATE_DYNAMO_USE_REGIONAL_COMPILATION": "use_regional_compilation",
+    }
 
     backend: str | None = handler_field(
         None,
@@ -108,6 +117,18 @@ class TorchDynamoPlugin(KwargsHandler):
     use_regional_compilation: bool | None = handler_field(
         None, doc="Compile the repeated blocks (nn.ModuleList items) in place, one graph reused."
     )
+
+    @classmethod
+    def from_accelerate_env(cls, env: Mapping[str, str]) -> AccelerateEnv:
+        """Accelerate's ``ACCELERATE_DYNAMO_*``: a backend other than ``no`` asks for compiling.
+
+        ``accelerate launch`` always sets them (``NO`` and ``default`` unless told otherwise);
+        then they only fill the fields of a plugin requested some other way, as in Accelerate.
+        """
+        reading = super().from_accelerate_env(env)
+        backend = reading.fields.get("backend")
+        requested = backend is not None and str(backend[1]).lower() != "no"
+        return reading._replace(requested=requested)
 
     @property
     def backend_name(self) -> str:

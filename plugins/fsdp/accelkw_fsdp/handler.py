@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, ClassVar
 
@@ -13,8 +13,10 @@ from accelkw_core.plugin import (
     MODEL_WRAPPER,
     NO_SYNC,
     OPTIMIZER_WRAPPER,
+    AccelerateEnv,
     KwargsHandler,
     Plan,
+    accelerate_flag,
     handler_field,
 )
 from accelkw_fsdp._checkpoint import FSDPCheckpoint
@@ -59,6 +61,25 @@ class FullyShardedDataParallelPlugin(KwargsHandler):
     conflicts: ClassVar[tuple[str, ...]] = ("ddp",)
     opt_in: ClassVar[bool] = True
     accelerator_keywords: ClassVar[dict[str, str]] = {"fsdp_plugin": "*"}
+    accelerate_env: ClassVar[dict[str, str]] = {
+        "ACCELERATE_USE_FSDP": "*",
+        "FSDP_VERSION": "fsdp_version",
+        "FSDP_SHARDING_STRATEGY": "sharding_strategy",
+        "FSDP_RESHARD_AFTER_FORWARD": "reshard_after_forward",
+        "FSDP_OFFLOAD_PARAMS": "cpu_offload",
+        "FSDP_BACKWARD_PREFETCH": "backward_prefetch",
+        "FSDP_STATE_DICT_TYPE": "state_dict_type",
+        "FSDP_AUTO_WRAP_POLICY": "auto_wrap_policy",
+        "FSDP_TRANSFORMER_CLS_TO_WRAP": "transformer_cls_names_to_wrap",
+        "FSDP_MIN_NUM_PARAMS": "min_num_params",
+        "FSDP_USE_ORIG_PARAMS": "use_orig_params",
+        "FSDP_SYNC_MODULE_STATES": "sync_module_states",
+        "FSDP_FORWARD_PREFETCH": "forward_prefetch",
+        "FSDP_ACTIVATION_CHECKPOINTING": "activation_checkpointing",
+        "FSDP_ACTIVATION_CHECKPOINTING_OFFLOAD": "activation_checkpointing_offload",
+        "FSDP_IGNORED_MODULES": "ignored_modules",
+        "FSDP_CPU_RAM_EFFICIENT_LOADING": "cpu_ram_efficient_loading",
+    }
 
     fsdp_version: int | None = handler_field(
         None, doc="2, or None for 2: accelkw-fsdp runs FSDP2 only (FSDP1 is refused)."
@@ -142,6 +163,41 @@ class FullyShardedDataParallelPlugin(KwargsHandler):
     min_num_params: int | None = handler_field(
         None, ge=0, doc="Under 'size_based_wrap', layers with more parameters get their own group."
     )
+
+    @classmethod
+    def from_accelerate_env(cls, env: Mapping[str, str]) -> AccelerateEnv:
+        """``ACCELERATE_USE_FSDP`` and ``FSDP_*``, read in the cases Accelerate reads them.
+
+        Accelerate reads the sharding strategy, ``use_orig_params``, ``sync_module_states`` and
+        ``forward_prefetch`` for FSDP1 only (``FSDP_VERSION=1``, which this plugin then refuses),
+        the minimum size under ``SIZE_BASED_WRAP`` only and the layer names under
+        ``TRANSFORMER_BASED_WRAP`` only; ``accelerate launch`` sets several of them whatever the
+        run, so the others are left unused here too. ``FSDP_OFFLOAD_PARAMS`` is a switch.
+        """
+        reading = super().from_accelerate_env(env)
+        fields = dict(reading.fields)
+        unused: dict[str, str] = {}
+        version = str(fields.get("fsdp_version", ("", "2"))[1]).strip()
+        policy = str(fields.get("auto_wrap_policy", ("", ""))[1]).strip().upper()
+        only: dict[str, tuple[bool, str]] = {
+            "sharding_strategy": (version == "1", "read for FSDP1 only"),
+            "use_orig_params": (version == "1", "read for FSDP1 only"),
+            "sync_module_states": (version == "1", "read for FSDP1 only"),
+            "forward_prefetch": (version == "1", "read for FSDP1 only"),
+            "min_num_params": (policy == "SIZE_BASED_WRAP", "read with SIZE_BASED_WRAP only"),
+            "transformer_cls_names_to_wrap": (
+                policy == "TRANSFORMER_BASED_WRAP",
+                "read with TRANSFORMER_BASED_WRAP only",
+            ),
+        }
+        for field, (read, why) in only.items():
+            if field in fields and not read:
+                unused[fields.pop(field)[0]] = why
+        if "cpu_offload" in fields:
+            var, text = fields["cpu_offload"]
+            flag = accelerate_flag(str(text))
+            fields["cpu_offload"] = (var, text if flag is None else flag)
+        return AccelerateEnv(reading.requested, fields, unused)
 
     def check_values(self) -> None:
         """Refuse FSDP1-only values FSDP2 cannot honour (see :func:`resolved`)."""

@@ -50,6 +50,9 @@ class GradientAccumulationPlugin(KwargsHandler):
         "gradient_accumulation_steps": "num_steps",
         "gradient_accumulation_plugin": "*",
     }
+    accelerate_env: ClassVar[dict[str, str]] = {
+        "ACCELERATE_GRADIENT_ACCUMULATION_STEPS": "num_steps",
+    }
 
     num_steps: int | None = handler_field(
         None,
