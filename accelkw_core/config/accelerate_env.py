@@ -54,6 +54,7 @@ __all__ = [
 HONOURED, REFUSED, UNUSED = "honoured", "refused", "unused"
 MIXED_PRECISION_VAR = "ACCELERATE_MIXED_PRECISION"
 USE_CPU_VAR = "ACCELERATE_USE_CPU"
+TORCH_DEVICE_VAR = "ACCELERATE_TORCH_DEVICE"
 
 
 class CoreVariable(NamedTuple):
@@ -99,11 +100,12 @@ CORE_VARIABLES: dict[str, CoreVariable] = {
         "accelkw has no debug mode for collectives; unset it (or set it to false)",
         off="flag",
     ),
-    "ACCELERATE_TORCH_DEVICE": CoreVariable(
-        "the device of every process (`cuda:1`, `mps`, ...)",
-        REFUSED,
-        "accelkw places each process on `cpu` or `cuda:LOCAL_RANK`; choose GPUs with "
-        "CUDA_VISIBLE_DEVICES and the CPU with ACCELERATE_USE_CPU",
+    TORCH_DEVICE_VAR: CoreVariable(
+        "the device of every process (`cpu`, `cuda:1`, ...); Ray Train sets it",
+        HONOURED,
+        "`cpu` runs on the CPU; `cuda` or `cuda:LOCAL_RANK`, where accelkw places the process "
+        "anyway, is kept; another device is refused (accelkw places each process on "
+        "`cuda:LOCAL_RANK`: choose GPUs with CUDA_VISIBLE_DEVICES)",
     ),
     "ACCELERATE_CPU_AFFINITY": CoreVariable(
         "true: pin each process to the CPUs near its GPU",
@@ -240,8 +242,22 @@ def accelerate_mixed_precision(env: Mapping[str, str]) -> str | None:
 
 
 def accelerate_cpu(env: Mapping[str, str]) -> bool:
-    """Whether ``ACCELERATE_USE_CPU`` asks for the CPU (Accelerate's true words)."""
-    return _asks(USE_CPU_VAR, env.get(USE_CPU_VAR, ""), "flag")
+    """Whether ``ACCELERATE_USE_CPU`` (Accelerate's true words) or ``ACCELERATE_TORCH_DEVICE=cpu``
+    asks for the CPU."""
+    device = env.get(TORCH_DEVICE_VAR, "").strip().lower()
+    return _asks(USE_CPU_VAR, env.get(USE_CPU_VAR, ""), "flag") or device == "cpu"
+
+
+def _device_refusal(env: Mapping[str, str]) -> str | None:
+    """Why ``ACCELERATE_TORCH_DEVICE`` names a device accelkw would not use; ``None`` if fine."""
+    device = env.get(TORCH_DEVICE_VAR, "").strip().lower()
+    local_rank = env.get("LOCAL_RANK", "0").strip() or "0"
+    if device in ("", "cpu", "cuda", f"cuda:{local_rank}"):
+        return None
+    return (
+        f"'cpu', 'cuda' or 'cuda:{local_rank}' (LOCAL_RANK={local_rank}): accelkw places each "
+        "process on cpu or cuda:LOCAL_RANK; choose GPUs with CUDA_VISIBLE_DEVICES"
+    )
 
 
 def handler_readings(
@@ -280,6 +296,15 @@ def check_accelerate_env(
                 source=f"environment variable {var}",
             )
     accelerate_cpu(env)  # a word Accelerate would not read is an error here, not at startup
+    refusal = _device_refusal(env)
+    if refusal is not None:
+        raise ConfigError(
+            "accelerator",
+            TORCH_DEVICE_VAR.lower(),
+            env[TORCH_DEVICE_VAR],
+            refusal,
+            source=f"environment variable {TORCH_DEVICE_VAR}",
+        )
     claimed = _claimed(classes)
     for var, (provider, off) in ACCELERATE_ENV_PROVIDERS.items():
         text = env.get(var)
@@ -315,17 +340,26 @@ def describe_accelerate_env(
     readings = handler_readings(classes, env)
     out: list[Finding] = []
     for var in sorted(env):
-        if not is_accelerate_variable(var):
+        if not is_accelerate_variable(var) and var not in claimed:
             continue
         text = env[var]
-        out.append(Finding(var, text, *_judge(var, text, claimed, readings)))
+        out.append(Finding(var, text, *_judge(var, text, claimed, readings, env)))
     return out
 
 
 def _judge(
-    var: str, text: str, claimed: Mapping[str, str], readings: Mapping[str, AccelerateEnv]
+    var: str,
+    text: str,
+    claimed: Mapping[str, str],
+    readings: Mapping[str, AccelerateEnv],
+    env: Mapping[str, str],
 ) -> tuple[str, str]:
     spec = CORE_VARIABLES.get(var)
+    if var == TORCH_DEVICE_VAR:
+        refusal = _device_refusal(env)
+        return (
+            (REFUSED, f"expected {refusal}") if refusal else (HONOURED, CORE_VARIABLES[var].accelkw)
+        )
     if spec is not None:
         if spec.action != REFUSED:
             return spec.action, spec.accelkw

@@ -13,7 +13,7 @@ import os
 from collections.abc import Mapping
 from typing import Any, NamedTuple
 
-from accelkw_core.config.accelerate_launch import FLAGS
+from accelkw_core.config.accelerate_launch import FLAGS, REFUSED
 from accelkw_core.errors import AccelkwError, ConfigError, ConfigFileError, suggest
 
 __all__ = ["ACCELERATE_KEYS", "AccelerateConfig", "read_accelerate_config"]
@@ -160,7 +160,10 @@ def _read_key(key: str, value: object, out: AccelerateConfig, flag: Any, refuse:
         if value:
             flag("cpu", True, key)
     elif key == "rdzv_backend":
-        out.shared["rdzv_backend"] = value
+        # "static" is torchrun's default: on one machine accelkw then lets torchrun pick the
+        # port, on several the static rendezvous is used as Accelerate uses it.
+        if value not in (None, "static"):
+            out.shared["rdzv_backend"] = value
     elif key in ("fsdp_config", "dynamo_config"):
         _nested(key, value, flag, refuse)
     elif key in _REFUSED_WHEN_SET:
@@ -176,6 +179,8 @@ def _read_key(key: str, value: object, out: AccelerateConfig, flag: Any, refuse:
             return
         if key == "num_processes" and value == -1:
             return  # "pass --num_processes on the command line", as Accelerate says
+        if FLAGS[key].action == REFUSED:
+            raise refuse(key, value, f"it false or left out: {FLAGS[key].what}")
         if value is not None:
             flag(key, value, key)
     else:

@@ -82,7 +82,7 @@ class TensorBoardTracker(GeneralTracker):
     @on_main_process
     def store_init_configuration(self, values: dict[str, Any]) -> None:
         """Record ``values`` with ``add_hparams`` and in ``<time>/hparams.yml``, as Accelerate."""
-        import yaml  # type: ignore[import-untyped]  # PyYAML ships no annotations
+        import yaml
 
         writer = self._open_writer()
         writer.add_hparams(values, metric_dict={})
