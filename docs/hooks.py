@@ -26,6 +26,9 @@ Markers (HTML comments, so a page shows nothing of them), each closed by ``<!-- 
   the built-ins whose plans contribute to it (found by planning them, see ``refgen``).
 - ``<!-- capabilities -->``: every capability a built-in's plan provides, with the built-ins.
 - ``<!-- trackers -->``: the built-in trackers, read from their installed plugins.
+- ``<!-- environment -->``: Accelerate's environment variables and what accelkw does with each
+  (the core's table and the installed built-ins' ``accelerate_env``).
+- ``<!-- flags -->``: ``accelerate launch``'s flags and what ``accelkw launch`` does with each.
 
 The build imports no plugin: what it publishes is what is committed.
 """

@@ -28,6 +28,8 @@ from pathlib import Path
 from typing import Any
 
 __all__ = [
+    "accelerate_env_table",
+    "launch_flags_table",
     "BUILTIN_HANDLERS",
     "PLAN_STATES",
     "DocsError",
@@ -344,6 +346,59 @@ def handlers_overview(lang: str = "en", link_prefix: str = "") -> str:
             log.info("built-in %r has no page docs/handlers/%s.md yet: listed unlinked", name, name)
         rows.append(f"| {title} | `{cls.__name__}` | `{_dist_of(name)}` | {fields} |")
     return "\n".join(rows + _missing_row(lang, 4))
+
+
+# -- Accelerate's environment and launch flags ----------------------------------------------
+
+
+def accelerate_env_table() -> str:
+    """Every variable Accelerate 1.15 reads as a default, and what accelkw does with it.
+
+    The core's own (``CORE_VARIABLES``), each installed built-in handler's (its
+    ``accelerate_env``), and the families left alone (``FAMILIES``).
+    """
+    from accelkw_core.config.accelerate_env import CORE_VARIABLES, FAMILIES, HONOURED, UNUSED
+    from accelkw_core.handlers.accelerate_env import SWITCH
+
+    rows = [
+        "| variable | Accelerate reads it as | accelkw | how |",
+        "|---|---|---|---|",
+    ]
+    for var, spec in CORE_VARIABLES.items():
+        rows.append(f"| `{var}` | {_cell(spec.accelerate)} | {spec.action} | {_cell(spec.accelkw)} |")
+    for name in _installed_builtins():
+        cls = handler_class(name)
+        dist = _dist_of(name)
+        for var, field_name in getattr(cls, "accelerate_env", {}).items():
+            if field_name == SWITCH:
+                meaning = f"true: build `{cls.__name__}`"
+                how = f"true requests the `{name}` handler (`{dist}`)"
+            else:
+                meaning = f"the default of `{cls.__name__}.{field_name}`"
+                how = f"`{name}.{field_name}` (`{dist}`), when the handler is applied"
+            rows.append(f"| `{var}` | {meaning} | {HONOURED} | {how} |")
+    for family in FAMILIES:
+        rows.append(
+            f"| `{family.prefix}*` | {_cell(family.accelerate)} | {UNUSED} | {_cell(family.accelkw)} |"
+        )
+    rows.extend(_missing_row("en", 4))
+    return "\n".join(rows) + "\n"
+
+
+def launch_flags_table() -> str:
+    """Every flag of ``accelerate launch`` 1.15 and what ``accelkw launch`` does with it.
+
+    Flags refused for one reason are one row.
+    """
+    from accelkw_core.config.accelerate_launch import FLAGS
+
+    grouped: dict[tuple[str, str], list[str]] = {}
+    for name, flag in FLAGS.items():
+        grouped.setdefault((flag.action, flag.what), []).append(f"`--{name}`")
+    rows = ["| flag | accelkw | what it becomes, or why not |", "|---|---|---|"]
+    for (action, what), names in grouped.items():
+        rows.append(f"| {', '.join(names)} | {action} | {_cell(what)} |")
+    return "\n".join(rows) + "\n"
 
 
 def trackers_installed() -> bool:

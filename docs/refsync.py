@@ -15,7 +15,8 @@ A block is an opening marker on a line of its own, the generated text, and a clo
     <!-- /fields -->
 
 The opening markers are the ones ``docs/hooks.py`` lists (``fields``, ``handler``,
-``docstring``, ``handlers``, ``cli``, ``hooks``, ``points``, ``capabilities``); an Arabic
+``docstring``, ``handlers``, ``cli``, ``hooks``, ``points``, ``capabilities``, ``trackers``,
+``environment``, ``flags``); an Arabic
 ``fields`` marker carries ``field: description`` lines. A marker with no closing one yet gets
 one. With only some built-ins installed, a block about one that is not installed keeps its
 committed text, and a table over all built-ins lists the installed ones with a note naming the
@@ -46,12 +47,14 @@ KINDS = frozenset(
         "points",
         "capabilities",
         "trackers",
+        "environment",
+        "flags",
     }
 )
 PER_HANDLER = frozenset({"fields", "handler", "docstring"})
 # Tables over every built-in: with some not installed they carry a note, so they are compared
 # only when every built-in is installed.
-ALL_BUILTINS = frozenset({"handlers", "points", "capabilities"})
+ALL_BUILTINS = frozenset({"handlers", "points", "capabilities", "environment"})
 OPEN = re.compile(r"^<!--\s*([a-z]+)\s*(?::\s*(.*?))?\s*-->[ \t]*$", re.S | re.M)
 DOCS = Path(__file__).resolve().parent
 TRANSLATED = ("ar",)
@@ -147,6 +150,10 @@ def expand(block: Block, rel: str) -> str:
         return refgen.capabilities_table(lang)
     if kind == "trackers":
         return refgen.trackers_table(lang)
+    if kind == "environment":
+        return refgen.accelerate_env_table()
+    if kind == "flags":
+        return refgen.launch_flags_table()
     return refgen.hook_reference()
 
 

@@ -1,7 +1,8 @@
 """Three Ray Train runs of examples/ray/train.py on one local Ray cluster (tests/test_ray_train.py).
 
 ``python tests/ray_driver.py FOLDER``: an uninterrupted DDP run, the same run with worker 1
-killed at step 10 (Ray restarts the group, the run resumes from the step-8 checkpoint), and a
+killed at step 10 (Ray restarts the group, the run resumes from the newest checkpoint Ray
+registered), and a
 short FSDP2 run. Each leaves its weights and facts in FOLDER. One cluster for the three keeps
 the start-up (the slow part) to once. The example's folder must be on PYTHONPATH, so Ray's
 workers import the loop from it.

@@ -43,12 +43,12 @@ def test_ray_train_keeps_the_group_wraps_and_resumes_a_killed_worker_bit_for_bit
     assert all(f["process_group_kept"] for f in facts.values()), facts
     assert facts["plain"]["model"] == "DistributedDataParallel" and not facts["plain"]["sharded"]
     assert facts["fsdp"]["sharded"], facts["fsdp"]
-    # Killed at step 10 of the first attempt: the restarted group resumed from step 8's
-    # checkpoint (the newest reported) and finished every step.
+    # Killed at step 10 of the first attempt: the restarted group resumed from a checkpoint
+    # reported before (step 4 or 8: Ray's controller registers a report after polling the
+    # workers, so the newest one may not be registered yet when the worker dies) and finished.
     assert "resumed_at" not in facts["plain"]
-    assert (
-        facts["killed"]["resumed_at"] == 8 and facts["killed"]["steps"] == facts["plain"]["steps"]
-    )
+    assert facts["killed"]["resumed_at"] in (4, 8), facts["killed"]
+    assert facts["killed"]["steps"] == facts["plain"]["steps"] == 18
     plain = torch.load(tmp_path / "plain.pt", weights_only=True)
     killed = torch.load(tmp_path / "killed.pt", weights_only=True)
     assert plain.keys() == killed.keys()
