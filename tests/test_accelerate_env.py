@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import json
 import os
-import subprocess
 import sys
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -241,6 +240,8 @@ def test_gradient_accumulation_steps_and_a_missing_plugin_named() -> None:
 def test_accelkw_env_lists_the_accelerate_variables_and_what_became_of_each(
     tmp_path: Path,
 ) -> None:
+    from tests.test_accelerate_launch import accelkw_cli
+
     env = {k: v for k, v in os.environ.items() if not k.startswith(("ACCELKW_", "ACCELERATE_"))}
     env.update(
         ACCELERATE_MIXED_PRECISION="bf16",
@@ -248,14 +249,7 @@ def test_accelkw_env_lists_the_accelerate_variables_and_what_became_of_each(
         FSDP_VERSION="2",
         ACCELERATE_DEEPSPEED_ZERO_STAGE="2",
     )
-    out = subprocess.run(
-        [sys.executable, "-m", "accelkw_core", "env", "--json"],
-        cwd=tmp_path,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=120,
-    )
+    out = accelkw_cli("env", "--json", cwd=tmp_path, env=env)
     assert out.returncode == 0, out.stderr
     listed = json.loads(out.stdout)["accelerate variables"]
     assert listed["ACCELERATE_MIXED_PRECISION"].startswith("'bf16': honoured")

@@ -57,6 +57,18 @@ def clean_env(**extra: str) -> dict[str, str]:
     return env
 
 
+def accelkw_cli(*args: str, cwd: Path, env: dict[str, str] | None = None) -> Any:
+    """``python -m accelkw_core ARGS`` in ``cwd``, with no ACCELKW_*/ACCELERATE_* variables."""
+    return subprocess.run(
+        [sys.executable, "-m", "accelkw_core", *args],
+        cwd=cwd,
+        env=env if env is not None else clean_env(),
+        capture_output=True,
+        text=True,
+        timeout=TIMEOUT,
+    )
+
+
 def run_and_read(cmd: list[str], tmp_path: Path) -> list[dict[str, Any]]:
     script = tmp_path / "train.py"
     script.write_text(textwrap.dedent(SCRIPT))
@@ -290,14 +302,7 @@ def test_config_import_writes_toml_and_says_what_it_mapped_and_refused(tmp_path:
         },
         deepspeed_config={"zero_stage": 2},
     )
-    out = subprocess.run(
-        [sys.executable, "-m", "accelkw_core", "config", "import", str(path), "-o", "accelkw.toml"],
-        cwd=tmp_path,
-        env=clean_env(),
-        capture_output=True,
-        text=True,
-        timeout=120,
-    )
+    out = accelkw_cli("config", "import", str(path), "-o", "accelkw.toml", cwd=tmp_path)
     assert out.returncode == 1  # a key was refused; the rest is still converted
     assert "refused: " in out.stdout and "deepspeed_config" in out.stdout
     assert "mapped: mixed_precision -> [accelerator] mixed_precision = 'bf16'" in out.stdout
@@ -310,14 +315,7 @@ def test_config_import_writes_toml_and_says_what_it_mapped_and_refused(tmp_path:
         "handlers": {"fsdp": {"fsdp_version": 2, "cpu_offload": True}},
     }
     # The TOML is an accelkw config that checks clean.
-    check = subprocess.run(
-        [sys.executable, "-m", "accelkw_core", "config", "check", "accelkw.toml"],
-        cwd=tmp_path,
-        env=clean_env(),
-        capture_output=True,
-        text=True,
-        timeout=120,
-    )
+    check = accelkw_cli("config", "check", "accelkw.toml", cwd=tmp_path)
     assert check.returncode == 0, check.stderr
 
 
@@ -327,13 +325,6 @@ def test_nothing_is_read_from_accelerates_default_config_location(tmp_path: Path
     default.parent.mkdir(parents=True)
     write_accelerate_yaml(default, mixed_precision="fp16")
     env = clean_env(HOME=str(home), HF_HOME=str(home / ".cache" / "huggingface"))
-    out = subprocess.run(
-        [sys.executable, "-m", "accelkw_core", "plan"],
-        cwd=tmp_path,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=120,
-    )
+    out = accelkw_cli("plan", cwd=tmp_path, env=env)
     assert out.returncode == 0, out.stderr
     assert "mixed_precision = 'no'" in out.stdout

@@ -40,19 +40,6 @@ import torch
 from accelkw_core import Accelerator
 
 
-class Progress:
-    """The optimizer steps taken, saved with each checkpoint (``register_for_checkpointing``)."""
-
-    def __init__(self) -> None:
-        self.step = 0
-
-    def state_dict(self) -> dict[str, int]:
-        return {"step": self.step}
-
-    def load_state_dict(self, state: dict[str, int]) -> None:
-        self.step = int(state["step"])
-
-
 def train_loop(config: dict[str, Any]) -> None:
     """What every Ray worker runs."""
     import ray.train
@@ -78,16 +65,18 @@ def train_loop(config: dict[str, Any]) -> None:
     model, optimizer, loader = accelerator.prepare(model, optimizer, loader)
     facts["model"] = type(model).__name__  # DistributedDataParallel, or FSDP2's sharded class
     facts["sharded"] = type(next(model.parameters())).__name__ == "DTensor"
-    progress = Progress()
+    # The optimizer steps taken, saved and loaded with each checkpoint: a module's buffer.
+    progress = torch.nn.Module()
+    progress.register_buffer("step", torch.zeros((), dtype=torch.long))
     accelerator.register_for_checkpointing(progress)
 
     checkpoint = ray.train.get_checkpoint()
     if checkpoint is not None:
         with checkpoint.as_directory() as folder:
             accelerator.load_state(folder)
-        accelerator.print(f"resumed at step {progress.step}")
-        facts["resumed_at"] = progress.step
-    first_epoch, done = divmod(progress.step, len(loader))
+        accelerator.print(f"resumed at step {int(progress.step)}")
+        facts["resumed_at"] = int(progress.step)
+    first_epoch, done = divmod(int(progress.step), len(loader))
     for epoch in range(first_epoch, config["epochs"]):
         for i, (xb, yb) in enumerate(loader):
             if epoch == first_epoch and i < done:
@@ -97,15 +86,16 @@ def train_loop(config: dict[str, Any]) -> None:
             optimizer.step()
             optimizer.zero_grad()
             progress.step += 1
-            _maybe_fail(config, progress.step, accelerator.process_index)
-            if progress.step % config["save_every"] == 0:
-                _save_and_report(accelerator, config, progress.step, loss.item())
+            step = int(progress.step)
+            _maybe_fail(config, step, accelerator.process_index)
+            if step % config["save_every"] == 0:
+                _save_and_report(accelerator, config, step, loss.item())
     accelerator.wait_for_everyone()
     state = accelerator.get_state_dict(model)
     if accelerator.is_main_process:
         torch.save(state, config["out"])
         with open(config["out"] + ".json", "w") as fh:
-            json.dump(facts | {"steps": progress.step}, fh)  # what the run did, for a look
+            json.dump(facts | {"steps": int(progress.step)}, fh)  # what the run did, for a look
     accelerator.end_training()
 
 
