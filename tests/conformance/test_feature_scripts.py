@@ -40,7 +40,8 @@ PLUGINS = "autocast,ddp,profile,grad_scaler,process_group,grad_accum,tensorboard
 SCRIPTS = {
     "pairs": "",
     "pairs_tracked_resumable": (
-        "--with_tracking,--project_dir,{out}/pairs-logs,--save_every,epoch,--output_dir,{out}/pairs"
+        "--with_tracking,--log_with,tensorboard,--project_dir,{out}/pl,--save_every,3,"
+        "--output_dir,{out}/pairs"
     ),
     "squares": "",
     "squares_tracked_resumable": "--output_dir,{out}/squares,--save_steps,3,--project_dir,{out}/sq",
@@ -58,14 +59,10 @@ SCRIPTS = {
     "schedule_free_adamw": "",
     "tracked": "--with_tracking,--project_dir,{out}/tracked",
 }
-# Run after SCRIPTS, in order: each resumes a run above from one of its checkpoints, taken at an
-# epoch's end or in the middle of one (then ``skip_first_batches`` serves the rest of the epoch).
-RESUMED = [
-    ("pairs_tracked_resumable", "--resume_from,{out}/pairs/epoch_0"),
-    ("squares_tracked_resumable", "--resume_after,3"),
-    ("checkpoint_resume", "--resume_from,step_5"),
-    ("checkpoint_resume", "--resume_from,epoch_0"),
-]
+# Run after SCRIPTS, in order: checkpoint_resume resumed from the checkpoint it took at the end
+# of epoch 0, and from the one it took after step 5, in the middle of epoch 0 (on one process and
+# on two), where ``skip_first_batches`` serves the rest of the epoch.
+RESUMED = ["--resume_from,epoch_0", "--resume_from,step_5"]
 # profiled.py prints torch's table of operator timings, which no two runs share (and whose
 # operator counts are the frameworks' own); its other lines and its weights are compared.
 TIMINGS = {"profiled"}
@@ -133,9 +130,7 @@ def test_every_script_runs_and_names_its_calls() -> None:
     assert scripts == set(SCRIPTS)
     for name in scripts:
         doc = ast.get_docstring(ast.parse((SCRIPTS_DIR / f"{name}.py").read_text())) or ""
-        assert "Calls" in doc and "covers)" in doc, (
-            f"{name}.py: say which calls, for which example"
-        )
+        assert "Calls" in doc and "covers)" in doc, f"{name}.py: say which calls, for which example"
 
 
 @pytest.mark.parametrize("nproc", [1, 2])
@@ -143,30 +138,36 @@ def test_the_feature_scripts_print_and_train_alike(
     accelerate: ModuleType, tmp_path: Path, nproc: int
 ) -> None:
     specs = [_spec(name, args) for name, args in SCRIPTS.items()]
-    resumed = {
-        _spec(name, f"{SCRIPTS[name]},{args}"): _spec(name, SCRIPTS[name]) for name, args in RESUMED
-    }
-    specs += list(resumed)
+    whole = _spec("checkpoint_resume", SCRIPTS["checkpoint_resume"])
+    resumed = [f"{whole},{args}" for args in RESUMED]
+    specs += resumed
     ref = _run("accelerate", nproc, tmp_path, specs)
     ours = _run("accelkw", nproc, tmp_path, specs)
     for rank, (r, o) in enumerate(zip(ref, ours, strict=True)):
-        for spec, whole in resumed.items():
-            # A resumed run ends where the uninterrupted one ended, bit for bit, and prints what
-            # it printed from the resumed epoch on.
-            assert o[spec]["models"] == o[whole]["models"], f"rank {rank}, {spec}: resumed weights"
+        for spec in resumed:
             lines = o[spec]["stdout"].splitlines()  # empty on every rank but the first
+            assert not lines or lines[0].startswith("resumed"), lines[:1]
+            if nproc == 1 and "step_" in spec:
+                # One process draws a shuffled loader's order from torch's global generator when
+                # each pass starts; resumed mid-pass, both frameworks draw it from the restored
+                # state, so the rest of the epoch sees other batches (compared below).
+                continue
+            # Otherwise accelkw's resumed run ends where the uninterrupted one ended, bit for
+            # bit, printing what it printed from the resumed epoch on.
+            assert o[spec]["models"] == o[whole]["models"], f"rank {rank}, {spec}: resumed weights"
             if lines:
-                assert lines[0].startswith("resumed"), lines[:1]
-                assert o[whole]["stdout"].splitlines()[-len(lines[1:]) :] == lines[1:], spec
+                assert o[whole]["stdout"].splitlines()[1 - len(lines) :] == lines[1:], spec
         for spec in specs:
             assert r[spec]["models"], f"{spec} built no model"
-            if nproc > 1 and spec in resumed:
+            printed = _printed(spec, r[spec]["stdout"])
+            same = o[spec]["models"] == r[spec]["models"]
+            alike = same and _printed(spec, o[spec]["stdout"]) == printed
+            if nproc > 1 and spec in resumed and not alike:
                 # Accelerate (no seedable sampler) does not restore a shuffled loader's
-                # generator, so its resumed epochs draw other batches and end elsewhere.
+                # generator, so its resumed epochs may draw other batches and end elsewhere.
                 listed("checkpoint-data-loader-position")
                 continue
-            assert o[spec]["models"] == r[spec]["models"], f"rank {rank}, {spec}: weights"
-            printed = _printed(spec, r[spec]["stdout"])
+            assert same, f"rank {rank}, {spec}: weights"
             assert _printed(spec, o[spec]["stdout"]) == printed, f"rank {rank}, {spec}: output"
     if nproc == 2:
         # Data parallel keeps the weights equal on both processes (local SGD averages them).

@@ -6,18 +6,13 @@ end), ``sync_gradients`` read inside it, ``distributed_type``, ``backward``,
 ``gather_for_metrics``.
 """
 
-import argparse
-
 import toolkit
-import torch
 from accelerate import Accelerator, DistributedType
 from accelerate.utils import set_seed
 
 
 def main():
-    parser = argparse.ArgumentParser()
-    parser.add_argument("--cpu", action="store_true")
-    parser.add_argument("--mixed_precision", default=None)
+    parser = toolkit.parser()
     parser.add_argument("--gradient_accumulation_steps", type=int, default=1)
     args = parser.parse_args()
 
@@ -30,10 +25,7 @@ def main():
         raise SystemExit("not on XLA")
     set_seed(5)
     # 30 rows in batches of 4: the last accumulation window is short.
-    train = torch.utils.data.DataLoader(
-        toolkit.token_rows(30, seed=8), 4, shuffle=True, collate_fn=toolkit.pad
-    )
-    held = torch.utils.data.DataLoader(toolkit.token_rows(17, seed=9), 4, collate_fn=toolkit.pad)
+    train, held = toolkit.token_loaders(30, 17, seed=8, batch_size=4, held_batch_size=4)
     model = toolkit.BagOfTokens()
     optimizer, schedule = toolkit.optimizer_and_schedule(model, 3 * len(train))
     model, optimizer, train, held, schedule = accelerator.prepare(

@@ -7,8 +7,6 @@ decorator, retried here on an out-of-memory error the script raises itself for b
 before rebuilding, ``prepare``, ``accumulate``, ``gather_for_metrics``.
 """
 
-import argparse
-
 import toolkit
 import torch
 from accelerate import Accelerator
@@ -19,9 +17,7 @@ FITS = 8
 
 
 def main():
-    parser = argparse.ArgumentParser()
-    parser.add_argument("--cpu", action="store_true")
-    parser.add_argument("--mixed_precision", default=None)
+    parser = toolkit.parser()
     args = parser.parse_args()
 
     accelerator = Accelerator(cpu=args.cpu, mixed_precision=args.mixed_precision)

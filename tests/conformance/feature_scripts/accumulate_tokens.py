@@ -8,7 +8,6 @@ is above one, ``backward``, ``clip_grad_norm_`` (its returned norm printed), a c
 from torch, ``gather`` of the summed losses, ``gather_for_metrics`` of evaluation losses.
 """
 
-import argparse
 import contextlib
 import math
 
@@ -19,9 +18,7 @@ from accelerate.utils import set_seed
 
 
 def main():
-    parser = argparse.ArgumentParser()
-    parser.add_argument("--cpu", action="store_true")
-    parser.add_argument("--mixed_precision", default=None)
+    parser = toolkit.parser()
     parser.add_argument("--gradient_accumulation_steps", type=int, default=2)
     args = parser.parse_args()
     window = args.gradient_accumulation_steps

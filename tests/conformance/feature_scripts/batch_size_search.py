@@ -7,8 +7,6 @@ batches above 6 and never for other errors (a ``ValueError`` passes through, cau
 ``free_memory()`` at each try, ``prepare``, ``gather_for_metrics``.
 """
 
-import argparse
-
 import toolkit
 import torch
 from accelerate import Accelerator
@@ -18,9 +16,7 @@ LIMIT = 6
 
 
 def main():
-    parser = argparse.ArgumentParser()
-    parser.add_argument("--cpu", action="store_true")
-    parser.add_argument("--mixed_precision", default=None)
+    parser = toolkit.parser()
     args = parser.parse_args()
 
     accelerator = Accelerator(cpu=args.cpu, mixed_precision=args.mixed_precision)

@@ -7,11 +7,9 @@ back the model, the optimizer, the prepared scheduler, the random states and the
 object; ``skip_first_batches`` for the rest of a resumed epoch; ``gather_for_metrics``.
 """
 
-import argparse
 import os
 
 import toolkit
-import torch
 from accelerate import Accelerator
 from accelerate.utils import set_seed
 
@@ -30,9 +28,7 @@ class Tally:
 
 
 def main():
-    parser = argparse.ArgumentParser()
-    parser.add_argument("--cpu", action="store_true")
-    parser.add_argument("--mixed_precision", default=None)
+    parser = toolkit.parser()
     parser.add_argument("--output_dir", required=True)
     parser.add_argument("--every_steps", type=int, default=0)
     parser.add_argument("--resume_from", default=None, help="step_S or epoch_E in output_dir")
@@ -40,10 +36,7 @@ def main():
 
     accelerator = Accelerator(cpu=args.cpu, mixed_precision=args.mixed_precision)
     set_seed(29)
-    train = torch.utils.data.DataLoader(
-        toolkit.token_rows(36, seed=14), 3, shuffle=True, collate_fn=toolkit.pad
-    )
-    held = torch.utils.data.DataLoader(toolkit.token_rows(11, seed=15), 4, collate_fn=toolkit.pad)
+    train, held = toolkit.token_loaders(36, 11, seed=14, batch_size=3, held_batch_size=4)
     model = toolkit.BagOfTokens()
     optimizer, schedule = toolkit.optimizer_and_schedule(model, 3 * len(train), lr=0.08)
     model, optimizer, train, held, schedule = accelerator.prepare(

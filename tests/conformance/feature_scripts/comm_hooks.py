@@ -5,8 +5,6 @@ Calls: ``DDPCommunicationHookType`` built from its string values, passed as ``co
 (with several processes) on gradients reduced inside ``accumulate``; ``distributed_type``.
 """
 
-import argparse
-
 import toolkit
 import torch
 from accelerate import Accelerator, DistributedType
@@ -14,9 +12,7 @@ from accelerate.utils import DDPCommunicationHookType, DistributedDataParallelKw
 
 
 def main():
-    parser = argparse.ArgumentParser()
-    parser.add_argument("--cpu", action="store_true")
-    parser.add_argument("--mixed_precision", default=None)
+    parser = toolkit.parser()
     parser.add_argument("--hook", default="no", choices=[t.value for t in DDPCommunicationHookType])
     parser.add_argument("--wrapper", default="no", choices=["no", "fp16", "bf16"])
     args = parser.parse_args()
@@ -33,10 +29,7 @@ def main():
     )
     accelerator.print(f"{accelerator.distributed_type == DistributedType.MULTI_CPU}: {args.hook}")
     set_seed(37)
-    train = torch.utils.data.DataLoader(
-        toolkit.token_rows(32, seed=18), 4, shuffle=True, collate_fn=toolkit.pad
-    )
-    held = torch.utils.data.DataLoader(toolkit.token_rows(10, seed=19), 3, collate_fn=toolkit.pad)
+    train, held = toolkit.token_loaders(32, 10, seed=18, batch_size=4, held_batch_size=3)
     model = toolkit.BagOfTokens()
     optimizer = torch.optim.SGD(model.parameters(), lr=0.3)
     model, optimizer, train, held = accelerator.prepare(model, optimizer, train, held)

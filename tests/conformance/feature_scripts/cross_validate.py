@@ -6,8 +6,6 @@ rows and on a shared test set whose gathered logits are averaged over the folds,
 ``distributed_type``, ``main_process_first``.
 """
 
-import argparse
-
 import toolkit
 import torch
 from accelerate import Accelerator, DistributedType
@@ -35,9 +33,7 @@ def predict(accelerator, model, loader):
 
 
 def main():
-    parser = argparse.ArgumentParser()
-    parser.add_argument("--cpu", action="store_true")
-    parser.add_argument("--mixed_precision", default=None)
+    parser = toolkit.parser()
     args = parser.parse_args()
 
     accelerator = Accelerator(cpu=args.cpu, mixed_precision=args.mixed_precision)

@@ -5,8 +5,6 @@ see different batches, so usually only one sets it), ``check_trigger`` on every 
 each step (true everywhere once any process set it, then reset), ``backward``, ``print``.
 """
 
-import argparse
-
 import toolkit
 import torch
 from accelerate import Accelerator
@@ -14,18 +12,13 @@ from accelerate.utils import set_seed
 
 
 def main():
-    parser = argparse.ArgumentParser()
-    parser.add_argument("--cpu", action="store_true")
-    parser.add_argument("--mixed_precision", default=None)
+    parser = toolkit.parser()
     parser.add_argument("--good_enough", type=float, default=0.05)
     args = parser.parse_args()
 
     accelerator = Accelerator(cpu=args.cpu, mixed_precision=args.mixed_precision)
     set_seed(41)
-    train = torch.utils.data.DataLoader(
-        toolkit.token_rows(48, seed=20), 2, shuffle=True, collate_fn=toolkit.pad
-    )
-    held = torch.utils.data.DataLoader(toolkit.token_rows(9, seed=21), 2, collate_fn=toolkit.pad)
+    train, held = toolkit.token_loaders(48, 9, seed=20, batch_size=2, held_batch_size=2)
     model = toolkit.BagOfTokens()
     optimizer = torch.optim.Adam(model.parameters(), lr=0.05)
     model, optimizer, train, held = accelerator.prepare(model, optimizer, train, held)

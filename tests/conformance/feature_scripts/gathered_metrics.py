@@ -6,8 +6,6 @@ Calls: ``gather`` of predictions and labels, trimmed by hand on the last batch w
 ``len(loader.dataset)``), next to ``gather_for_metrics`` of the same batches; both sets printed.
 """
 
-import argparse
-
 import toolkit
 import torch
 from accelerate import Accelerator
@@ -15,9 +13,7 @@ from accelerate.utils import set_seed
 
 
 def main():
-    parser = argparse.ArgumentParser()
-    parser.add_argument("--cpu", action="store_true")
-    parser.add_argument("--mixed_precision", default=None)
+    parser = toolkit.parser()
     args = parser.parse_args()
 
     accelerator = Accelerator(cpu=args.cpu, mixed_precision=args.mixed_precision)

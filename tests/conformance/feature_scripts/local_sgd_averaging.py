@@ -7,19 +7,14 @@ optimizer step, inside ``accumulate`` with ``gradient_accumulation_steps=``; the
 across processes at the end of each block.
 """
 
-import argparse
-
 import toolkit
-import torch
 from accelerate import Accelerator
 from accelerate.local_sgd import LocalSGD
 from accelerate.utils import set_seed
 
 
 def main():
-    parser = argparse.ArgumentParser()
-    parser.add_argument("--cpu", action="store_true")
-    parser.add_argument("--mixed_precision", default=None)
+    parser = toolkit.parser()
     parser.add_argument("--gradient_accumulation_steps", type=int, default=1)
     parser.add_argument("--local_sgd_steps", type=int, default=None)
     args = parser.parse_args()
@@ -30,10 +25,7 @@ def main():
         gradient_accumulation_steps=args.gradient_accumulation_steps,
     )
     set_seed(43)
-    train = torch.utils.data.DataLoader(
-        toolkit.token_rows(40, seed=22), 4, shuffle=True, collate_fn=toolkit.pad
-    )
-    held = torch.utils.data.DataLoader(toolkit.token_rows(10, seed=23), 4, collate_fn=toolkit.pad)
+    train, held = toolkit.token_loaders(40, 10, seed=22, batch_size=4, held_batch_size=4)
     model = toolkit.BagOfTokens()
     optimizer, schedule = toolkit.optimizer_and_schedule(model, 3 * len(train))
     model, optimizer, train, held, schedule = accelerator.prepare(

@@ -7,8 +7,6 @@ a scheduler, ``device``, ``backward``, the prepared optimizer's and scheduler's 
 ``end_training``; ``set_seed`` from ``accelerate.utils``.
 """
 
-import argparse
-
 import toolkit
 import torch
 from accelerate import Accelerator, DistributedType
@@ -16,9 +14,7 @@ from accelerate.utils import set_seed
 
 
 def main():
-    parser = argparse.ArgumentParser()
-    parser.add_argument("--cpu", action="store_true")
-    parser.add_argument("--mixed_precision", default=None)
+    parser = toolkit.parser()
     parser.add_argument("--epochs", type=int, default=3)
     args = parser.parse_args()
 

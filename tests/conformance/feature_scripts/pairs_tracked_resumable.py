@@ -6,7 +6,6 @@ Calls, beyond ``pairs.py``'s: ``DataLoaderConfiguration(use_stateful_dataloader=
 ``load_state`` from either, and ``skip_first_batches`` to resume mid-epoch.
 """
 
-import argparse
 import os
 
 import toolkit
@@ -24,9 +23,7 @@ def where_to_resume(folder, steps_per_epoch):
 
 
 def main():
-    parser = argparse.ArgumentParser()
-    parser.add_argument("--cpu", action="store_true")
-    parser.add_argument("--mixed_precision", default=None)
+    parser = toolkit.parser()
     parser.add_argument("--use_stateful_dataloader", action="store_true")
     parser.add_argument("--save_every", default=None, help="'epoch' or a number of steps")
     parser.add_argument("--output_dir", default=".")

@@ -7,7 +7,6 @@ process: its timings differ run to run, and the runner keeps only lines starting
 and the trace file written into ``output_trace_dir`` (its presence printed).
 """
 
-import argparse
 import os
 
 import toolkit
@@ -17,9 +16,7 @@ from accelerate.utils import ProfileKwargs, set_seed
 
 
 def main():
-    parser = argparse.ArgumentParser()
-    parser.add_argument("--cpu", action="store_true")
-    parser.add_argument("--mixed_precision", default=None)
+    parser = toolkit.parser()
     parser.add_argument("--trace_dir", default=None)
     args = parser.parse_args()
 
@@ -30,10 +27,7 @@ def main():
         cpu=args.cpu, mixed_precision=args.mixed_precision, kwargs_handlers=[handler]
     )
     set_seed(59)
-    train = torch.utils.data.DataLoader(
-        toolkit.token_rows(24, seed=28), 4, shuffle=True, collate_fn=toolkit.pad
-    )
-    held = torch.utils.data.DataLoader(toolkit.token_rows(7, seed=29), 2, collate_fn=toolkit.pad)
+    train, held = toolkit.token_loaders(24, 7, seed=28, batch_size=4, held_batch_size=2)
     model = toolkit.BagOfTokens()
     optimizer = torch.optim.SGD(model.parameters(), lr=0.2)
     model, optimizer, train, held = accelerator.prepare(model, optimizer, train, held)

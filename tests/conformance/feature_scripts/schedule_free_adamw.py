@@ -7,10 +7,7 @@ epoch and ``eval()`` before evaluating (which the wrapper passes to the optimize
 ``gather_for_metrics``.
 """
 
-import argparse
-
 import toolkit
-import torch
 from accelerate import Accelerator
 from accelerate.utils import is_schedulefree_available, set_seed
 
@@ -20,17 +17,12 @@ import schedulefree
 
 
 def main():
-    parser = argparse.ArgumentParser()
-    parser.add_argument("--cpu", action="store_true")
-    parser.add_argument("--mixed_precision", default=None)
+    parser = toolkit.parser()
     args = parser.parse_args()
 
     accelerator = Accelerator(cpu=args.cpu, mixed_precision=args.mixed_precision)
     set_seed(61)
-    train = torch.utils.data.DataLoader(
-        toolkit.token_rows(32, seed=30), 4, shuffle=True, collate_fn=toolkit.pad
-    )
-    held = torch.utils.data.DataLoader(toolkit.token_rows(11, seed=31), 4, collate_fn=toolkit.pad)
+    train, held = toolkit.token_loaders(32, 11, seed=30, batch_size=4, held_batch_size=4)
     model = toolkit.BagOfTokens()
     optimizer = schedulefree.AdamWScheduleFree(model.parameters(), lr=0.05, warmup_steps=4)
     model, optimizer, train, held = accelerator.prepare(model, optimizer, train, held)

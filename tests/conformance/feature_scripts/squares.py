@@ -6,8 +6,6 @@ normalisation's tensors moved to it), ``prepare``, ``backward``, a one-cycle sch
 per batch, ``gather_for_metrics``, ``print``, ``end_training``.
 """
 
-import argparse
-
 import toolkit
 import torch
 from accelerate import Accelerator
@@ -15,9 +13,7 @@ from accelerate.utils import set_seed
 
 
 def main():
-    parser = argparse.ArgumentParser()
-    parser.add_argument("--cpu", action="store_true")
-    parser.add_argument("--mixed_precision", default=None)
+    parser = toolkit.parser()
     args = parser.parse_args()
 
     accelerator = Accelerator(cpu=args.cpu, mixed_precision=args.mixed_precision)

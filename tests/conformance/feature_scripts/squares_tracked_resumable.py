@@ -7,7 +7,6 @@ epoch, ``save_state`` every N steps and at epoch ends into ``output_dir``, ``loa
 checkpoint taken after a given step, ``skip_first_batches`` for a checkpoint taken mid-epoch.
 """
 
-import argparse
 import os
 
 import toolkit
@@ -17,9 +16,7 @@ from accelerate.utils import set_seed
 
 
 def main():
-    parser = argparse.ArgumentParser()
-    parser.add_argument("--cpu", action="store_true")
-    parser.add_argument("--mixed_precision", default=None)
+    parser = toolkit.parser()
     parser.add_argument("--output_dir", required=True)
     parser.add_argument("--save_steps", type=int, default=0)
     parser.add_argument("--resume_after", type=int, default=0, help="a step saved before")

@@ -18,6 +18,7 @@ its final weights.
 
 from __future__ import annotations
 
+import argparse
 import random
 from typing import Any
 
@@ -25,6 +26,27 @@ import torch
 
 VOCAB = 20
 MODELS: list[torch.nn.Module] = []
+
+
+def parser() -> argparse.ArgumentParser:
+    """The command line every script takes: ``--cpu`` and ``--mixed_precision``, as Accelerate's
+    examples do; a script adds its own options."""
+    made = argparse.ArgumentParser()
+    made.add_argument("--cpu", action="store_true")
+    made.add_argument("--mixed_precision", default=None)
+    return made
+
+
+def token_loaders(
+    train: int, held: int, seed: int, batch_size: int, held_batch_size: int
+) -> tuple[torch.utils.data.DataLoader, torch.utils.data.DataLoader]:
+    """A shuffled loader of ``train`` token rows (from ``seed``) and one of ``held`` rows (from
+    ``seed + 1``), both collated by :func:`pad`."""
+    loader = torch.utils.data.DataLoader
+    return (
+        loader(token_rows(train, seed), batch_size, shuffle=True, collate_fn=pad),
+        loader(token_rows(held, seed + 1), held_batch_size, collate_fn=pad),
+    )
 
 
 def token_rows(count: int, seed: int) -> list[dict[str, Any]]:
@@ -37,13 +59,18 @@ def token_rows(count: int, seed: int) -> list[dict[str, Any]]:
     return rows
 
 
-def pad(rows: list[dict[str, Any]]) -> dict[str, torch.Tensor]:
-    """A batch of token rows: ids padded with 0 to the longest row, and the labels."""
+def _padded(rows: list[dict[str, Any]]) -> torch.Tensor:
+    """The rows' token ids, padded with 0 to the longest row."""
     width = max(len(row["tokens"]) for row in rows)
     tokens = torch.zeros(len(rows), width, dtype=torch.long)
     for i, row in enumerate(rows):
         tokens[i, : len(row["tokens"])] = torch.tensor(row["tokens"])
-    return {"tokens": tokens, "labels": torch.tensor([row["label"] for row in rows])}
+    return tokens
+
+
+def pad(rows: list[dict[str, Any]]) -> dict[str, torch.Tensor]:
+    """A batch of token rows: ids padded with 0 to the longest row, and the labels."""
+    return {"tokens": _padded(rows), "labels": torch.tensor([row["label"] for row in rows])}
 
 
 class BagOfTokens(torch.nn.Module):
@@ -77,10 +104,7 @@ def sequence_rows(count: int, seed: int) -> list[dict[str, Any]]:
 
 def shift(rows: list[dict[str, Any]]) -> dict[str, torch.Tensor]:
     """Inputs and next-token targets; a target of -100 (padding, the end) is not counted."""
-    width = max(len(row["tokens"]) for row in rows)
-    tokens = torch.zeros(len(rows), width, dtype=torch.long)
-    for i, row in enumerate(rows):
-        tokens[i, : len(row["tokens"])] = torch.tensor(row["tokens"])
+    tokens = _padded(rows)
     targets = torch.full_like(tokens, -100)
     targets[:, :-1] = torch.where(tokens[:, 1:] == 0, -100, tokens[:, 1:])
     return {"tokens": tokens, "targets": targets}

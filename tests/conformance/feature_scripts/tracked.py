@@ -6,8 +6,6 @@ Calls: ``Accelerator(log_with="all", project_dir=)``, ``init_trackers(project_na
 the same loop runs untracked.
 """
 
-import argparse
-
 import toolkit
 import torch
 from accelerate import Accelerator
@@ -15,9 +13,7 @@ from accelerate.utils import set_seed
 
 
 def main():
-    parser = argparse.ArgumentParser()
-    parser.add_argument("--cpu", action="store_true")
-    parser.add_argument("--mixed_precision", default=None)
+    parser = toolkit.parser()
     parser.add_argument("--with_tracking", action="store_true")
     parser.add_argument("--project_dir", default="logs")
     args = parser.parse_args()
