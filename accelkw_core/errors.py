@@ -9,6 +9,7 @@ if TYPE_CHECKING:
 
 __all__ = [
     "AccelkwError",
+    "BatchSizeError",
     "CheckpointError",
     "CheckpointNotFoundError",
     "CheckpointWarning",
@@ -233,6 +234,20 @@ class CheckpointWarning(UserWarning):
 
 class PortError(AccelkwError):
     """A script imports an Accelerate name accelkw does not provide (or does not know)."""
+
+
+class BatchSizeError(AccelkwError, RuntimeError):
+    """``find_executable_batch_size`` ran out of batch sizes: every one it tried ran out of
+    memory. Carries ``function`` (its name) and ``tried`` (the sizes, in order)."""
+
+    def __init__(self, function: str, tried: list[int]) -> None:
+        self.function = function
+        self.tried = tried
+        sizes = ", ".join(map(str, tried)) or "none"
+        super().__init__(
+            f"{function}: no batch size fits in memory (tried {sizes}; the next would be 0); "
+            "free memory or make the model smaller"
+        )
 
 
 class ScaffoldError(AccelkwError, ValueError):

@@ -1,14 +1,14 @@
-"""``LocalSGD``: train each process on its own for a few steps, then average the weights.
+"""``LocalSGD``: processes train apart for a few optimizer steps, then agree on the mean weights.
 
-Accelerate's helper (``accelerate.local_sgd.LocalSGD``), at the same import path, built on the
-public ``Accelerator`` surface only: gradients are not synchronised inside the block (the
-model's ``no_sync``), and every ``local_sgd_steps`` steps, and once more when the block ends,
-each parameter becomes its mean over the processes.
+Accelerate's class at its import path (``accelerate.local_sgd.LocalSGD``): the same constructor,
+context-manager use and ``step()``. Inside the block the prepared model skips gradient
+synchronisation; every ``local_sgd_steps`` calls of ``step()``, and when the block exits, every
+parameter is replaced by its mean over the processes. It touches only the public ``Accelerator``.
 """
 
 from __future__ import annotations
 
-from contextlib import AbstractContextManager
+from contextlib import ExitStack
 from types import TracebackType
 from typing import TYPE_CHECKING, Any
 
@@ -20,26 +20,20 @@ if TYPE_CHECKING:
 
 __all__ = ["LocalSGD"]
 
-_SUPPORTED = {
-    DistributedType.NO,
-    DistributedType.MULTI_CPU,
-    DistributedType.MULTI_GPU,
-    DistributedType.MULTI_XPU,
-    DistributedType.MULTI_MLU,
-    DistributedType.MULTI_HPU,
-    DistributedType.MULTI_SDAA,
-    DistributedType.MULTI_MUSA,
-    DistributedType.MULTI_NPU,
-    DistributedType.MULTI_NEURON,
-}
+
+def _replicated(kind: DistributedType) -> bool:
+    """Whether every process holds the whole model: one process, or plain data parallel."""
+    return kind is DistributedType.NO or kind.value.startswith("MULTI_")
 
 
 class LocalSGD:
-    """Local SGD over a prepared ``model``: use it as a context manager around the epoch.
+    """Local SGD over a prepared ``model``, used as ``with LocalSGD(...) as local_sgd:``.
 
-    Call :meth:`step` after each optimizer step. Disabled (every call does nothing) with
-    ``enabled=False`` or with one process. Data parallel runs only: a sharded model (FSDP)
-    is refused with ``NotImplementedError``, as in Accelerate.
+    Call :meth:`step` after each optimizer step. With ``enabled=False``, or on one process, the
+    block does nothing. A run whose model is sharded or managed by another engine (FSDP,
+    DeepSpeed, Megatron-LM, XLA) raises ``NotImplementedError``: its processes hold no full copy
+    to average. An enabled block's ``local_sgd_steps`` must be an int of at least 1
+    (:class:`~accelkw_core.errors.ConfigError`).
     """
 
     def __init__(
@@ -50,27 +44,27 @@ class LocalSGD:
         enabled: bool = True,
     ) -> None:
         kind = accelerator.distributed_type
-        if kind not in _SUPPORTED:
+        if not _replicated(kind):
             raise NotImplementedError(
-                f"LocalSGD is supported only for CPUs and GPUs (no DeepSpeed or MegatronLM); "
-                f"this run is {kind.value}"
+                f"LocalSGD averages whole replicas of the model, and a {kind.value} run holds "
+                "none: use it with one process or plain data parallel (NO or MULTI_*)"
             )
-        self.enabled = enabled and kind != DistributedType.NO
+        self.enabled = enabled and kind is not DistributedType.NO
         self.num_steps = 0
-        if self.enabled:
-            if isinstance(local_sgd_steps, bool) or not isinstance(local_sgd_steps, int):
-                raise ConfigError("LocalSGD", "local_sgd_steps", local_sgd_steps, "an int >= 1")
-            if local_sgd_steps < 1:
-                raise ConfigError("LocalSGD", "local_sgd_steps", local_sgd_steps, "an int >= 1")
-            self.accelerator = accelerator
-            self.model = model
-            self.local_sgd_steps = local_sgd_steps
-        self._no_sync: AbstractContextManager[Any] | None = None
+        if self.enabled and (
+            isinstance(local_sgd_steps, bool)
+            or not isinstance(local_sgd_steps, int)
+            or local_sgd_steps < 1
+        ):
+            raise ConfigError("LocalSGD", "local_sgd_steps", local_sgd_steps, "an int >= 1")
+        self.accelerator = accelerator
+        self.model = model
+        self.local_sgd_steps = local_sgd_steps
+        self._inside = ExitStack()
 
     def __enter__(self) -> LocalSGD:
         if self.enabled:
-            self._no_sync = self.model.no_sync()
-            self._no_sync.__enter__()
+            self._inside.enter_context(self.model.no_sync())
         return self
 
     def __exit__(
@@ -79,19 +73,20 @@ class LocalSGD:
         exc: BaseException | None,
         tb: TracebackType | None,
     ) -> None:
-        if self.enabled and self._no_sync is not None:
-            self._sync_and_avg_model_params()
-            self._no_sync.__exit__(exc_type, exc, tb)
-            self._no_sync = None
+        if not self.enabled:
+            return
+        # The replicas agree once more before gradients flow between them again.
+        with self._inside:
+            self._average()
 
     def step(self) -> None:
-        """Count a step; every ``local_sgd_steps`` steps, average the weights over processes."""
+        """Count one optimizer step; on every ``local_sgd_steps``-th, average the weights."""
         self.num_steps += 1
         if self.enabled and self.num_steps % self.local_sgd_steps == 0:
-            self._sync_and_avg_model_params()
+            self._average()
 
-    def _sync_and_avg_model_params(self) -> None:
-        self.accelerator.wait_for_everyone()
-        with self.accelerator.autocast():
-            for param in self.model.parameters():
-                param.data = self.accelerator.reduce(param.data, reduction="mean")
+    def _average(self) -> None:
+        accelerator = self.accelerator
+        accelerator.wait_for_everyone()
+        for parameter in self.model.parameters():
+            parameter.data = accelerator.reduce(parameter.data, reduction="mean")

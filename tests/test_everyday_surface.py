@@ -1,7 +1,7 @@
 """The everyday surface a training script uses besides the handlers, on its own (no Accelerate).
 
 The differential suite (tests/conformance/test_surface_utils.py and
-test_accelerate_examples.py) compares these with Accelerate; here are their edges: lengths of
+test_feature_scripts.py) compares these with Accelerate; here are their edges: lengths of
 the sharded samplers, refusals, the decorator's errors, a cheap ``accelkw_core.utils``.
 """
 
@@ -16,10 +16,12 @@ import torch
 
 from accelkw_core import Accelerator, DataLoaderConfiguration
 from accelkw_core.discovery.registry import Registry
-from accelkw_core.errors import ConfigError
+from accelkw_core.errors import BatchSizeError, ConfigError
+from accelkw_core.local_sgd import LocalSGD
 from accelkw_core.runtime.data_loader import BatchShard, skip_first_batches
 from accelkw_core.runtime.memory import find_executable_batch_size
 from accelkw_core.runtime.optimizer import AcceleratedOptimizer
+from accelkw_core.runtime.processes import DistributedType
 
 
 def _sampler(n: int, size: int, drop_last: bool = False) -> Any:
@@ -72,14 +74,18 @@ def test_find_executable_batch_size_refuses_a_batch_size_and_stops_at_zero() -> 
     def never(batch_size: int) -> None:
         raise RuntimeError("CUDA out of memory.")
 
-    with pytest.raises(RuntimeError, match="No executable batch size found, reached zero"):
+    with pytest.raises(
+        BatchSizeError, match=r"never: no batch size fits in memory \(tried 2;"
+    ) as e:
         never()
+    assert isinstance(e.value, RuntimeError) and e.value.tried == [2]
+    assert e.value.function == "never"
 
     @find_executable_batch_size(starting_batch_size=8)
     def train(batch_size: int, lr: float) -> float:
         return batch_size * lr
 
-    with pytest.raises(TypeError, match="Batch size was passed into `train`"):
+    with pytest.raises(TypeError, match=r"train\(\) gets its batch size from .*train\(lr=0.1\)"):
         train(8, 0.1)
     with pytest.raises(ValueError, match="other"):
 
@@ -88,6 +94,52 @@ def test_find_executable_batch_size_refuses_a_batch_size_and_stops_at_zero() -> 
             raise ValueError("other")
 
         other()
+
+
+def test_find_executable_batch_size_shrinks_by_a_tenth_and_keeps_the_size_found() -> None:
+    tried: list[int] = []
+
+    @find_executable_batch_size(starting_batch_size=10)
+    def fits_seven(batch_size: int, scale: int) -> int:
+        tried.append(batch_size)
+        if batch_size > 7:
+            raise RuntimeError("DefaultCPUAllocator: can't allocate memory: you tried")
+        return batch_size * scale
+
+    assert fits_seven(2) == 14 and tried == [10, 9, 8, 7]
+    assert fits_seven(scale=3) == 21 and tried[4:] == [7]  # the next call starts where it ended
+    assert fits_seven.__name__ == "fits_seven"
+
+    @find_executable_batch_size(starting_batch_size=3)
+    def two_args_error(batch_size: int) -> None:
+        raise RuntimeError("CUDA out of memory.", "a second argument")
+
+    with pytest.raises(RuntimeError, match="a second argument"):
+        two_args_error()  # not torch's one-argument error: not retried
+
+
+class _Run:
+    """What LocalSGD reads of an Accelerator before it touches the model: the kind of run."""
+
+    def __init__(self, kind: DistributedType) -> None:
+        self.distributed_type = kind
+
+
+@pytest.mark.parametrize("kind", [DistributedType.FSDP, DistributedType.DEEPSPEED])
+def test_local_sgd_refuses_a_run_without_whole_replicas(kind: DistributedType) -> None:
+    with pytest.raises(NotImplementedError, match=f"a {kind.value} run holds none"):
+        LocalSGD(_Run(kind), torch.nn.Linear(1, 1), local_sgd_steps=2)  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize("steps", [0, -1, 2.0, True, None])
+def test_local_sgd_refuses_a_step_count_that_is_not_a_positive_int(steps: Any) -> None:
+    run = _Run(DistributedType.MULTI_CPU)
+    with pytest.raises(ConfigError, match=r"LocalSGD.local_sgd_steps: got .*an int >= 1"):
+        LocalSGD(run, torch.nn.Linear(1, 1), local_sgd_steps=steps)  # type: ignore[arg-type]
+    disabled = LocalSGD(run, torch.nn.Linear(1, 1), steps, enabled=False)  # type: ignore[arg-type]
+    with disabled as local_sgd:  # a disabled block never averages: it needs no valid count
+        local_sgd.step()
+    assert local_sgd.num_steps == 1
 
 
 def test_train_and_eval_reach_the_optimizer_a_wrapper_holds() -> None:

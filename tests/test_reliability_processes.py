@@ -95,15 +95,9 @@ class Launch:
         env = {k: v for k, v in os.environ.items() if not k.startswith("ACCELKW_")}
         cmd = [sys.executable, "-m", "accelkw_core", "launch", "--nproc-per-node", str(nproc)]
         cmd += [str(WORKER), str(run_dir), mode, str(victim), str(step), str(TIMEOUT_S)]
-        self.proc = subprocess.Popen(
-            cmd,
-            stdout=subprocess.PIPE,
-            stderr=subprocess.PIPE,
-            text=True,
-            env=env,
-            cwd=run_dir,
-            start_new_session=True,
-        )
+        # A session of its own, so that a hung launch's whole process group can be killed.
+        piped = {"stdout": subprocess.PIPE, "stderr": subprocess.PIPE, "text": True}
+        self.proc = subprocess.Popen(cmd, env=env, cwd=run_dir, start_new_session=True, **piped)
         self.stderr = ""
         self.ended_at = 0.0
         _LAUNCHES.append(self)

@@ -9,17 +9,19 @@ from __future__ import annotations
 
 import builtins
 import enum
+from typing import TYPE_CHECKING, cast
+
+if TYPE_CHECKING:
+    from collections.abc import Iterable
 
 __all__ = ["ReferenceEnum"]
 
 
 class _ContainsByValue(enum.EnumMeta):
     def __contains__(cls, item: object) -> bool:
-        try:
-            cls(item)
-        except ValueError:
-            return False
-        return True
+        # `"value" in SomeEnum` answers by value as well as by member (Accelerate's enums do).
+        values = [member.value for member in cast("Iterable[enum.Enum]", cls)]
+        return isinstance(item, cls) or item in values
 
 
 class ReferenceEnum(enum.StrEnum, metaclass=_ContainsByValue):

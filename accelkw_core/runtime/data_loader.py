@@ -509,6 +509,16 @@ def prepare_data_loader(
     )
 
 
+# What prepare() gave a loader besides torch's own arguments, carried over to its skipping copy.
+_PREPARED_SETTINGS = (
+    "device",
+    "progress",
+    "total_batch_size",
+    "synchronized_generator",
+    "non_blocking",
+)
+
+
 def skip_first_batches(dataloader: Any, num_batches: int = 0) -> Any:
     """A data loader like ``dataloader`` that skips its first ``num_batches`` batches.
 
@@ -527,15 +537,8 @@ def skip_first_batches(dataloader: Any, num_batches: int = 0) -> Any:
     skipping = SkipBatchSampler(dataloader.batch_sampler, skip_batches=num_batches)
     if not isinstance(dataloader, PreparedDataLoader):
         return DataLoader(dataloader.dataset, batch_sampler=skipping, **kwargs)
-    skipped = PreparedDataLoader(
-        dataloader.dataset,
-        batch_sampler=skipping,
-        device=dataloader.device,
-        progress=dataloader.progress,
-        total_batch_size=dataloader.total_batch_size,
-        synchronized_generator=dataloader.synchronized_generator,
-        non_blocking=dataloader.non_blocking,
-        **kwargs,
-    )
+    # The skipping loader is prepared as the original was: same device, shared progress.
+    prepared = {name: getattr(dataloader, name) for name in _PREPARED_SETTINGS}
+    skipped = PreparedDataLoader(dataloader.dataset, batch_sampler=skipping, **prepared, **kwargs)
     skipped.epoch = dataloader.epoch
     return skipped

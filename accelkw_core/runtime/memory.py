@@ -1,8 +1,10 @@
-"""``find_executable_batch_size``: retry a training function with smaller batches on out-of-memory.
+"""``find_executable_batch_size``: run a training function again, with a smaller batch, whenever
+it runs out of memory.
 
-Accelerate's decorator, with its signature and semantics: the batch size starts at
-``starting_batch_size`` and is multiplied by 0.9 (or set by ``reduce_batch_size_fn``) after each
-out-of-memory error, with the device cache emptied in between.
+The public facts are Accelerate's: the decorator's signature and defaults, a batch size that
+starts at ``starting_batch_size`` and becomes ``int(size * 0.9)`` after each out-of-memory error
+unless ``reduce_batch_size_fn`` gives the next one, the device cache emptied (after a garbage
+collection) before every try, and a size that survives between calls of the decorated function.
 """
 
 from __future__ import annotations
@@ -13,10 +15,13 @@ import inspect
 from collections.abc import Callable
 from typing import Any
 
+from accelkw_core.errors import BatchSizeError
+
 __all__ = ["clear_device_cache", "find_executable_batch_size", "should_reduce_batch_size"]
 
-# The messages torch raises when a device (or the host) runs out of memory, as Accelerate lists.
-_OUT_OF_MEMORY = (
+# Wording of the out-of-memory errors torch raises on each backend (CUDA/HIP/XPU share the first);
+# a smaller batch can get past these and nothing else.
+_OUT_OF_MEMORY_MARKERS = (
     " out of memory.",
     "MPS backend out of memory",
     "cuDNN error: CUDNN_STATUS_NOT_SUPPORTED.",
@@ -26,15 +31,16 @@ _OUT_OF_MEMORY = (
 
 
 def should_reduce_batch_size(exception: Exception) -> bool:
-    """Whether ``exception`` is an out-of-memory error a smaller batch may avoid."""
-    if isinstance(exception, RuntimeError) and len(exception.args) == 1:
-        message = exception.args[0]
-        return isinstance(message, str) and any(s in message for s in _OUT_OF_MEMORY)
-    return False
+    """True when ``exception`` is a ``RuntimeError`` whose one argument is torch's out-of-memory
+    wording, so that a smaller batch may succeed."""
+    if not isinstance(exception, RuntimeError) or len(exception.args) != 1:
+        return False
+    (text,) = exception.args
+    return isinstance(text, str) and any(marker in text for marker in _OUT_OF_MEMORY_MARKERS)
 
 
 def clear_device_cache(garbage_collection: bool = False) -> None:
-    """Empty the CUDA cache (after a garbage collection when ``garbage_collection``)."""
+    """Give the accelerator's cached blocks back (after ``gc.collect()`` when asked)."""
     import torch
 
     if garbage_collection:
@@ -43,17 +49,66 @@ def clear_device_cache(garbage_collection: bool = False) -> None:
         torch.cuda.empty_cache()
 
 
+class _Shrinking:
+    """The decorated function: calls ``function(size, ...)`` until a size fits."""
+
+    def __init__(
+        self,
+        function: Callable[..., Any],
+        starting_batch_size: int,
+        reduce_batch_size_fn: Callable[[], int] | None,
+    ) -> None:
+        self.function = function
+        self.size = starting_batch_size
+        self.next_size = reduce_batch_size_fn or self._nine_tenths
+        functools.update_wrapper(self, function)
+
+    def _nine_tenths(self) -> int:
+        return int(self.size * 0.9)
+
+    def _refuse_a_given_size(self, args: tuple[Any, ...]) -> None:
+        # The size is the first parameter, filled here: a caller who passes it as well shifts
+        # every argument one place, which would fail later and far less clearly.
+        names = list(inspect.signature(self.function).parameters)
+        if len(args) < len(names):
+            return
+        name = self.function.__name__
+        rest = ", ".join(f"{n}={v!r}" for n, v in zip(names[1:], args[1:], strict=False))
+        raise TypeError(
+            f"{name}() gets its batch size from find_executable_batch_size, as its first "
+            f"argument: call it without one, {name}({rest})"
+        )
+
+    def __call__(self, *args: Any, **kwargs: Any) -> Any:
+        clear_device_cache(garbage_collection=True)
+        self._refuse_a_given_size(args)
+        tried: list[int] = []
+        while self.size != 0:
+            tried.append(self.size)
+            try:
+                return self.function(self.size, *args, **kwargs)
+            except Exception as error:
+                if not should_reduce_batch_size(error):
+                    raise
+            clear_device_cache(garbage_collection=True)
+            self.size = self.next_size()
+        raise BatchSizeError(self.function.__name__, tried)
+
+
 def find_executable_batch_size(
     function: Callable[..., Any] | None = None,
     starting_batch_size: int = 128,
     reduce_batch_size_fn: Callable[[], int] | None = None,
 ) -> Any:
-    """Decorate ``function(batch_size, ...)`` to run it with the largest batch size that fits.
+    """Decorate ``function(batch_size, ...)`` so that it runs with the largest batch that fits.
 
-    Call the decorated function without the batch size: it is passed as the first argument,
-    starting at ``starting_batch_size``; after an out-of-memory error (see
-    :func:`should_reduce_batch_size`) it is reduced and the function called again, until it
-    returns or the size reaches 0 (``RuntimeError``). Other errors propagate.
+    Call the result without the batch size: it is given as the first argument, starting at
+    ``starting_batch_size``. When the call raises an out-of-memory error (see
+    :func:`should_reduce_batch_size`) the size is reduced (to nine tenths, or to what
+    ``reduce_batch_size_fn()`` returns) and the call made again; any other error propagates.
+    Raises :class:`~accelkw_core.errors.BatchSizeError` (a ``RuntimeError``) when the size
+    reaches 0, and ``TypeError`` when the caller passes a batch size itself. Usable bare
+    (``@find_executable_batch_size``) or with arguments.
     """
     if function is None:
         return functools.partial(
@@ -61,35 +116,4 @@ def find_executable_batch_size(
             starting_batch_size=starting_batch_size,
             reduce_batch_size_fn=reduce_batch_size_fn,
         )
-    batch_size = starting_batch_size
-
-    def reduce_by_a_tenth() -> int:
-        nonlocal batch_size
-        batch_size = int(batch_size * 0.9)
-        return batch_size
-
-    reduce = reduce_batch_size_fn if reduce_batch_size_fn is not None else reduce_by_a_tenth
-
-    def decorator(*args: Any, **kwargs: Any) -> Any:
-        nonlocal batch_size
-        clear_device_cache(garbage_collection=True)
-        params = list(inspect.signature(function).parameters)
-        if len(params) < len(args) + 1:
-            given = ", ".join(f"{p}={v}" for p, v in zip(params[1:], args[1:], strict=False))
-            raise TypeError(
-                f"Batch size was passed into `{function.__name__}` as the first argument when "
-                f"called. Remove this as the decorator already does so: "
-                f"`{function.__name__}({given})`"
-            )
-        while True:
-            if batch_size == 0:
-                raise RuntimeError("No executable batch size found, reached zero.")
-            try:
-                return function(batch_size, *args, **kwargs)
-            except Exception as exc:
-                if not should_reduce_batch_size(exc):
-                    raise
-                clear_device_cache(garbage_collection=True)
-                batch_size = reduce()
-
-    return decorator
+    return _Shrinking(function, starting_batch_size, reduce_batch_size_fn)

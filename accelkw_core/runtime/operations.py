@@ -54,56 +54,27 @@ def recursively_apply(
     Other leaves are returned as they are, or refused with ``TypeError`` when
     ``error_on_other_type``.
     """
-    if isinstance(data, tuple) and hasattr(data, "_fields"):
-        return type(data)(
-            *(
-                recursively_apply(
-                    func,
-                    o,
-                    *args,
-                    test_type=test_type,
-                    error_on_other_type=error_on_other_type,
-                    **kwargs,
-                )
-                for o in data
-            )
-        )
-    if isinstance(data, list | tuple):
-        return type(data)(
-            recursively_apply(
-                func,
-                o,
-                *args,
-                test_type=test_type,
-                error_on_other_type=error_on_other_type,
-                **kwargs,
-            )
-            for o in data
-        )
-    if isinstance(data, Mapping):
-        rebuild: Any = type(data)
-        return rebuild(
-            {
-                k: recursively_apply(
-                    func,
-                    v,
-                    *args,
-                    test_type=test_type,
-                    error_on_other_type=error_on_other_type,
-                    **kwargs,
-                )
-                for k, v in data.items()
-            }
-        )
-    if test_type(data):
-        return func(data, *args, **kwargs)
-    if error_on_other_type:
+
+    def visit(node: Any) -> Any:
+        if isinstance(node, tuple) and hasattr(node, "_fields"):  # a named tuple takes positions
+            return type(node)(*map(visit, node))
+        if isinstance(node, list | tuple):
+            return type(node)(map(visit, node))
+        if isinstance(node, Mapping):
+            rebuild: Any = type(node)
+            return rebuild({key: visit(value) for key, value in node.items()})
+        if test_type(node):
+            return func(node, *args, **kwargs)
+        if not error_on_other_type:
+            return node
+        applied = getattr(func, "__name__", repr(func))
+        wanted = getattr(test_type, "__name__", repr(test_type))
         raise TypeError(
-            f"Unsupported types ({type(data)}) passed to `{getattr(func, '__name__', func)}`. "
-            "Only nested list/tuple/dicts of objects that are valid for "
-            f"`{getattr(test_type, '__name__', test_type)}` should be passed."
+            f"{applied}: found a leaf of type {type(node).__name__}; expected lists, tuples and "
+            f"mappings whose leaves pass {wanted}"
         )
-    return data
+
+    return visit(data)
 
 
 def send_to_device(

@@ -61,6 +61,7 @@ version = "0.1.0"
 description = "accelkw $kind plugin: $name ($cls)."
 readme = "README.md"
 requires-python = ">=3.11"
+license = { text = "Apache-2.0" }
 dependencies = ["$core_req"]
 
 # How accelkw finds the plugin: the entry point names the module with the hook implementation.

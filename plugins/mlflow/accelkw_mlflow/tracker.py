@@ -72,20 +72,17 @@ class MLflowTracker(GeneralTracker):
         description: str | None = None,
     ) -> None:
         super().__init__()
-        experiment_name = os.environ.get("MLFLOW_EXPERIMENT_NAME", experiment_name)
-        run_id = os.environ.get("MLFLOW_RUN_ID", run_id)
-        raw_tags = os.environ.get("MLFLOW_TAGS", tags)
-        parsed_tags: dict[str, Any] | None = (
-            json.loads(raw_tags) if isinstance(raw_tags, str) else raw_tags
+        environ = os.environ
+        # The MLFLOW_* variables win over the arguments (Accelerate's precedence).
+        self.experiment_name = environ.get("MLFLOW_EXPERIMENT_NAME", experiment_name)
+        self.run_id = environ.get("MLFLOW_RUN_ID", run_id)
+        given_tags = environ.get("MLFLOW_TAGS", tags)
+        self.tags: dict[str, Any] | None = (
+            json.loads(given_tags) if isinstance(given_tags, str) else given_tags
         )
-        raw_nested = os.environ.get("MLFLOW_NESTED_RUN")
-        if raw_nested is not None:
-            nested_run = _nested_from_env(raw_nested)
-        self.experiment_name = experiment_name
+        nested_text = environ.get("MLFLOW_NESTED_RUN")
+        self.nested_run = bool(nested_run) if nested_text is None else _nested_from_env(nested_text)
         self.logging_dir = None if logging_dir is None else os.fspath(logging_dir)
-        self.run_id = run_id
-        self.tags = parsed_tags
-        self.nested_run = bool(nested_run)
         self.run_name = run_name
         self.description = description
         self.active_run: mlflow.ActiveRun | None = None
@@ -99,25 +96,34 @@ class MLflowTracker(GeneralTracker):
         if self.logging_dir is not None and not uri_set:
             os.makedirs(self.logging_dir, exist_ok=True)
             mlflow.set_tracking_uri(default_tracking_uri(self.logging_dir))
-        found = mlflow.search_experiments(filter_string=f"name = '{self.experiment_name}'")
-        if found:
-            if len(found) > 1:
-                logger.warning("Multiple experiments with the same name found. Using first one.")
-            experiment_id = found[0].experiment_id
-        else:
-            experiment_id = mlflow.create_experiment(
-                name=str(self.experiment_name),
-                artifact_location=self.logging_dir,
-                tags=self.tags,
-            )
         self.active_run = mlflow.start_run(
+            experiment_id=self._experiment_id(),
             run_id=self.run_id,
-            experiment_id=experiment_id,
             run_name=self.run_name,
-            nested=self.nested_run,
-            tags=self.tags,
             description=self.description,
+            tags=self.tags,
+            nested=self.nested_run,
         )
+
+    def _experiment_id(self) -> str:
+        """The id of the active experiment named ``experiment_name``, created if there is none."""
+        import mlflow
+
+        wanted = f"name = '{self.experiment_name}'"
+        matches = mlflow.search_experiments(filter_string=wanted)
+        if not matches:
+            name, where = str(self.experiment_name), self.logging_dir
+            created: str = mlflow.create_experiment(name, artifact_location=where, tags=self.tags)
+            return created
+        if len(matches) > 1:
+            logger.warning(
+                "MLflowTracker: %d experiments match %s; the run goes to the first, id %s",
+                len(matches),
+                wanted,
+                matches[0].experiment_id,
+            )
+        first: str = matches[0].experiment_id
+        return first
 
     @property
     def tracker(self) -> mlflow.ActiveRun | None:
@@ -155,18 +161,15 @@ class MLflowTracker(GeneralTracker):
         """
         import mlflow
 
-        metrics = {}
-        for key, value in values.items():
-            if isinstance(value, (int, float)):
-                metrics[key] = value
-            else:
-                logger.warning(
-                    "MLflowTracker: %r is a %s, not a number; MLflow's metrics take only int "
-                    "and float, so it is not logged",
-                    key,
-                    type(value).__name__,
-                )
-        mlflow.log_metrics(metrics, step=step, **kwargs)
+        numbers = {k: v for k, v in values.items() if isinstance(v, int | float)}
+        for key in (k for k in values if k not in numbers):
+            logger.warning(
+                "MLflowTracker: %r is a %s, not a number; MLflow's metrics take only int "
+                "and float, so it is not logged",
+                key,
+                type(values[key]).__name__,
+            )
+        mlflow.log_metrics(numbers, step=step, **kwargs)
 
     @on_main_process
     def log_figure(self, figure: Any, artifact_file: str, **save_kwargs: Any) -> None:

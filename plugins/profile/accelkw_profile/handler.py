@@ -24,6 +24,8 @@ SCHEDULE_KEYS = ("wait", "warmup", "active", "repeat", "skip_first")
 # Accelerate's PROFILE_PATTERN_NAME: one trace per process, named by its global rank.
 TRACE_NAME = "profile_{rank}.json"
 # Our activity names and the torch.profiler.ProfilerActivity member each stands for.
+# Boolean fields named as torch.profiler.profile's keywords.
+_TORCH_SWITCHES = ("record_shapes", "profile_memory", "with_stack", "with_flops", "with_modules")
 _ACTIVITIES = {"cpu": "CPU", "xpu": "XPU", "mtia": "MTIA", "cuda": "CUDA", "hpu": "HPU"}
 
 
@@ -138,15 +140,13 @@ class ProfileKwargs(KwargsHandler):
         """A new ``torch.profiler.profile`` configured by every field (not started)."""
         import torch
 
+        # The boolean fields carry torch's keyword names, so they pass through by name.
+        switches = {name: getattr(self, name) for name in _TORCH_SWITCHES}
         return torch.profiler.profile(
             activities=self.profiler_activities(),
             schedule=self.profiler_schedule(),
             on_trace_ready=self.on_trace_ready,
-            record_shapes=self.record_shapes,
-            profile_memory=self.profile_memory,
-            with_stack=self.with_stack,
-            with_flops=self.with_flops,
-            with_modules=self.with_modules,
+            **switches,
         )
 
     # -- running -------------------------------------------------------------------------------

@@ -1,12 +1,12 @@
-"""Run Accelerate's example scripts one after another, under one framework.
+"""Run the feature scripts of this folder one after another, under one framework.
 
-``python run_examples.py --framework accelkw --out DIR [--work DIR] NAME[:ARG,ARG] ...``, alone
-or under torchrun. Each NAME is a script of this folder (``nlp_example``,
-``by_feature/local_sgd``); under ``accelkw`` it first goes through
+``python run_scripts.py --framework accelkw --out DIR [--work DIR] NAME[:ARG,ARG] ...``, alone
+or under torchrun. Each NAME is a script of this folder (``pairs``, ``local_sgd_averaging``),
+written with Accelerate's imports; under ``accelkw`` it first goes through
 :func:`accelkw_core.tools.porting.port_imports` (its imports changed, nothing else), into
 ``--work``. Each runs as ``__main__`` with ``--cpu`` and its extra arguments; what it prints
 on this process, and a digest of the final weights of every model it built (see
-``stand_ins.MODELS``), go to ``DIR/rank<N>.json``. torch, transformers and the framework are
+``toolkit.MODELS``), go to ``DIR/rank<N>.json``. torch, schedulefree and the framework are
 imported once; each script runs in a fork (see :func:`_forked`), on its own port of ``--ports``
 (one free port per script) when there are several processes.
 """
@@ -40,7 +40,7 @@ def _weights(model: Any) -> dict[str, Any]:
 
 
 def run(framework: str, spec: str, work: Path) -> dict[str, Any]:
-    import stand_ins
+    import toolkit
 
     name, _, extra = spec.partition(":")
     source = (HERE / f"{name}.py").read_text()
@@ -53,7 +53,7 @@ def run(framework: str, spec: str, work: Path) -> dict[str, Any]:
     path = work / framework / f"rank{os.environ.get('RANK', '0')}" / f"{name}.py"
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(source)
-    stand_ins.MODELS.clear()
+    toolkit.MODELS.clear()
     sys.argv = [str(path), "--cpu", *(a for a in extra.split(",") if a)]
     out = io.StringIO()
     started = time.perf_counter()
@@ -61,7 +61,7 @@ def run(framework: str, spec: str, work: Path) -> dict[str, Any]:
         runpy.run_path(str(path), run_name="__main__")
     return {
         "stdout": out.getvalue(),
-        "models": [_weights(m) for m in stand_ins.MODELS],
+        "models": [_weights(m) for m in toolkit.MODELS],
         "seconds": round(time.perf_counter() - started, 2),  # not compared: to keep them lean
     }
 
@@ -69,11 +69,8 @@ def run(framework: str, spec: str, work: Path) -> dict[str, Any]:
 def _preload(framework: str) -> None:
     """Import what every script imports, once, before the scripts are forked."""
     import schedulefree  # noqa: F401
-    import stand_ins
-    import transformers  # noqa: F401
-    from transformers import BertForSequenceClassification, LlamaForCausalLM  # noqa: F401
+    import toolkit  # noqa: F401
 
-    stand_ins.AutoTokenizer.from_pretrained("bert-base-cased")
     if framework == "accelerate":
         import accelerate  # noqa: F401
     else:
@@ -107,7 +104,7 @@ def _forked(framework: str, spec: str, work: Path, out: Path, port: str | None) 
 
     Each script creates the process group and destroys it at its end; torch cannot create a
     second group in one process over the same store, so each script runs in a fork of this
-    process (which imported torch and transformers once, and holds no group), on its own
+    process (which imported torch and the framework once, and holds no group), on its own
     store port when there are several processes.
     """
     partial = out / f"{spec.replace('/', '__').split(':')[0]}.rank{os.environ.get('RANK', '0')}"
