@@ -15,7 +15,7 @@ from accelkw_core.errors import (
 from accelkw_core.handlers.base import KwargsHandler, handler_field
 from accelkw_core.handlers.enums import ReferenceEnum
 from accelkw_core.handlers.plan import Plan, PlanStep
-from accelkw_core.runtime.checkpoint_io import CheckpointReader, CheckpointWriter
+from accelkw_core.runtime.checkpoints.files import CheckpointReader, CheckpointWriter
 from accelkw_core.runtime.contributions import (
     AccumulationPolicy,
     AfterStep,
@@ -32,6 +32,7 @@ from accelkw_core.runtime.contributions import (
     OptimizerWrapper,
     OutputConverter,
     ProfilerFactory,
+    StartsFresh,
     Stateful,
     SuspendSync,
     Teardown,
@@ -108,6 +109,7 @@ __all__ = [
     "PointConflictError",
     "ProfilerFactory",
     "ReferenceEnum",
+    "StartsFresh",
     "Stateful",
     "StepContext",
     "SuspendSync",
