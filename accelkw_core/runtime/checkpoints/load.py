@@ -10,6 +10,7 @@ The processes agree on the apply too: when one fails, the others restore theirs 
 
 from __future__ import annotations
 
+import contextlib
 import copy
 import warnings
 from collections.abc import Callable
@@ -337,24 +338,45 @@ def _first_line(exc: BaseException) -> str:
     return f"{type(exc).__name__}: {line}" if line else type(exc).__name__
 
 
-def _apply(steps: list[_Step], folder: Path) -> tuple[list[Restore], BaseException | None]:
-    """Apply each step, keeping its way back first; stops at the first that raises."""
+def _apply(
+    steps: list[_Step], folder: Path
+) -> tuple[list[Restore], Restore | None, BaseException | None]:
+    """Apply each step, keeping its way back first; stops at the first that raises.
+
+    Returns the ways back of the steps applied, that of the step that raised (its object may
+    be half changed), and the error.
+    """
     undo: list[Restore] = []
     for step in steps:
+        back: Restore | None = None
         try:
             if step.keep is not None:
-                undo.append(step.keep())
+                back = step.keep()
             step.apply()
         except Exception as exc:
-            return undo, CheckpointError(
-                folder,
-                f"could not be loaded into {step.label} ({_first_line(exc)}); every object "
-                "the load had changed was restored",
+            return (
+                undo,
+                back,
+                CheckpointError(
+                    folder,
+                    f"could not be loaded into {step.label} ({_first_line(exc)}); every object "
+                    "the load had changed was restored",
+                ),
             )
-    return undo, None
+        if back is not None:
+            undo.append(back)
+    return undo, None, None
 
 
-def _restore(undo: list[Restore], folder: Path) -> None:
+def _restore(undo: list[Restore], refused: Restore | None, folder: Path) -> CheckpointError | None:
+    """Undo every applied step, last first; what went wrong doing it, or ``None``.
+
+    The object that refused its state is given its old one back too, on a best-effort basis:
+    the same ``load_state_dict`` may refuse that as well, when it changed nothing.
+    """
+    if refused is not None:
+        with contextlib.suppress(Exception):
+            refused()
     problems = []
     for restore in reversed(undo):
         try:
@@ -362,9 +384,10 @@ def _restore(undo: list[Restore], folder: Path) -> None:
         except Exception as exc:
             problems.append(_first_line(exc))
     if problems:
-        raise CheckpointError(
+        return CheckpointError(
             folder, f"could not be loaded, and restoring the objects failed too ({problems[0]})"
         )
+    return None
 
 
 def _recover_if_missing(state: AcceleratorState, folder: Path) -> BaseException | None:
@@ -432,13 +455,14 @@ def load_checkpoint(
     except BaseException as exc:
         error = exc
     agree(state, error)
-    undo, error = _apply(read.steps, folder)
+    undo, refused, error = _apply(read.steps, folder)
     if error is not None:
-        _restore(undo, folder)
+        error = _restore(undo, refused, folder) or error
+    # Every process gets here, whatever happened: the apply is agreed like the reads.
     failed = failures(state, error)
     if failed and error is None:
         # Another process could not apply its part: this one goes back too.
-        _restore(undo, folder)
+        _restore(undo, None, folder)
         rank, message = failed[0]
         raise CheckpointError(f"(process {rank})", f"failed: {message}")
     if error is not None:
