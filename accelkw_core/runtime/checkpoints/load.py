@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import contextlib
 import copy
+import functools
 import warnings
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -219,8 +220,8 @@ def _read_models(
                     label,
                     _bind(owner.load_state_dict, model, weights),
                     _kept_weights(
-                        lambda w, m=model, o=owner: o.load_state_dict(m, w),
-                        lambda m=model, o=owner: o.state_dict(m),
+                        functools.partial(owner.load_state_dict, model),
+                        functools.partial(owner.state_dict, model),
                     ),
                 )
             )
