@@ -23,11 +23,11 @@ import pytest
 import torch
 
 from accelkw_core import CheckpointError
-from accelkw_core.errors import CheckpointWarning
+from accelkw_core.errors import CheckpointLockedError, CheckpointWarning
 from accelkw_core.plugin import CHECKPOINT, ApplyLoaded, KwargsHandler, Plan
 from accelkw_core.runtime.checkpoints import durable
 from accelkw_core.runtime.checkpoints.files import CheckpointReader, CheckpointWriter
-from accelkw_core.runtime.checkpoints.lock import CheckpointLockedError, lock_of
+from accelkw_core.runtime.checkpoints.lock import lock_of
 from accelkw_core.runtime.checkpoints.manifest import MANIFEST, read_manifest
 from tests.checkpoint_workers import Steps
 from tests.test_checkpoints import make, same, snapshot, step, trained

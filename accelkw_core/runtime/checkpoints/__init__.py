@@ -9,10 +9,11 @@ generators and loaders' positions), :mod:`.save` and :mod:`.load` (the two proto
 (``save_model``'s files).
 """
 
+from accelkw_core.errors import CheckpointLockedError
 from accelkw_core.runtime.checkpoints.files import CheckpointReader, CheckpointWriter
 from accelkw_core.runtime.checkpoints.layout import Checkpointed
 from accelkw_core.runtime.checkpoints.load import load_checkpoint
-from accelkw_core.runtime.checkpoints.lock import CheckpointLockedError, WriterLock
+from accelkw_core.runtime.checkpoints.lock import WriterLock
 from accelkw_core.runtime.checkpoints.manifest import MANIFEST, Manifest, read_manifest
 from accelkw_core.runtime.checkpoints.project import ProjectConfiguration
 from accelkw_core.runtime.checkpoints.save import save_checkpoint

@@ -19,11 +19,16 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from accelkw_core.errors import CheckpointError, CheckpointNotFoundError, CheckpointWarning
+from accelkw_core.errors import (
+    CheckpointError,
+    CheckpointLockedError,
+    CheckpointNotFoundError,
+    CheckpointWarning,
+)
 from accelkw_core.runtime.checkpoints.agreement import agree, failures
 from accelkw_core.runtime.checkpoints.files import CheckpointReader
 from accelkw_core.runtime.checkpoints.layout import MODEL, SAFE_MODEL, Checkpointed, numbered
-from accelkw_core.runtime.checkpoints.lock import CheckpointLockedError, WriterLock
+from accelkw_core.runtime.checkpoints.lock import WriterLock
 from accelkw_core.runtime.checkpoints.manifest import read_manifest
 from accelkw_core.runtime.checkpoints.random_states import random_states, set_random_states
 from accelkw_core.runtime.checkpoints.save import recover_commit

@@ -18,23 +18,11 @@ import socket
 from pathlib import Path
 from types import TracebackType
 
-from accelkw_core.errors import CheckpointError
+from accelkw_core.errors import CheckpointError, CheckpointLockedError
 
-__all__ = ["LOCK_SUFFIX", "CheckpointLockedError", "WriterLock", "is_held", "lock_of"]
+__all__ = ["LOCK_SUFFIX", "WriterLock", "is_held", "lock_of"]
 
 LOCK_SUFFIX = ".accelkw-lock"
-
-
-class CheckpointLockedError(CheckpointError):
-    """Another process is saving into the folder; ``holder`` says which (host and pid)."""
-
-    def __init__(self, path: Path, holder: str) -> None:
-        self.holder = holder
-        super().__init__(
-            path,
-            f"is being saved by another process ({holder}): one writer per checkpoint folder; "
-            "wait for that save to finish, or save elsewhere",
-        )
 
 
 def lock_of(final: Path) -> Path:
