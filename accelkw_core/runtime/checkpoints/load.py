@@ -53,6 +53,10 @@ class _Step:
     label: str
     apply: ApplyLoaded
     keep: Callable[[], Restore] | None
+    #: Weights checked against the model's keys and shapes: copied into it in place, which
+    #: cannot refuse them, so they are applied last, once the processes agreed on the rest,
+    #: and no copy of the model is kept for them (it would cost as much as the load).
+    checked: bool = False
 
 
 def _bind(fn: Callable[..., Any], *args: Any, **kwargs: Any) -> ApplyLoaded:
@@ -234,11 +238,7 @@ def _read_models(
         weights = _without_wrapper_prefix(weights, unwrapped, name, read.notes)
         _check_weights(reader.folder / name, unwrapped, weights, strict)
         read.steps.append(
-            _Step(
-                label,
-                _bind(unwrapped.load_state_dict, weights, **model_kwargs),
-                _kept_weights(unwrapped.load_state_dict, unwrapped.state_dict),
-            )
+            _Step(label, _bind(unwrapped.load_state_dict, weights, **model_kwargs), None, True)
         )
     for i, optimizer in enumerate(what.optimizers):
         name = numbered("optimizer.bin", i)
@@ -461,18 +461,21 @@ def load_checkpoint(
     except BaseException as exc:
         error = exc
     agree(state, error)
-    undo, refused, error = _apply(read.steps, folder)
-    if error is not None:
-        error = _restore(undo, refused, folder) or error
-    # Every process gets here, whatever happened: the apply is agreed like the reads.
-    failed = failures(state, error)
-    if failed and error is None:
-        # Another process could not apply its part: this one goes back too.
-        _restore(undo, None, folder)
-        rank, message = failed[0]
-        raise CheckpointError(f"(process {rank})", f"failed: {message}")
-    if error is not None:
-        raise error
+    undo: list[Restore] = []
+    for stage in ([s for s in read.steps if not s.checked], [s for s in read.steps if s.checked]):
+        done, refused, error = _apply(stage, folder)
+        undo += done
+        if error is not None:
+            error = _restore(undo, refused, folder) or error
+        # Every process gets here, whatever happened: each stage is agreed like the reads.
+        failed = failures(state, error)
+        if failed and error is None:
+            # Another process could not apply its part: this one goes back too.
+            _restore(undo, None, folder)
+            rank, message = failed[0]
+            raise CheckpointError(f"(process {rank})", f"failed: {message}")
+        if error is not None:
+            raise error
     for note in read.notes:
         warnings.warn(f"load_state: {note}", CheckpointWarning, stacklevel=3)
     for obj in read.absent:
