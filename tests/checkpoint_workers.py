@@ -163,6 +163,15 @@ class Steps:
         self.n = state["n"]
 
 
+def _trained_on(acc: Any, model: Any, optimizer: Any, x: Any) -> list[float]:
+    """One optimizer step on the batch ``x``; the batch, as plain floats."""
+    loss = model(x).pow(2).mean()
+    acc.backward(loss)
+    optimizer.step()
+    optimizer.zero_grad()
+    return list(x.flatten().tolist())
+
+
 def shuffled_run(rank: int, folder: str, stop_at: int | None, resume: bool) -> dict[str, Any]:
     """Two epochs over a shuffled loader, as a resume recipe writes them.
 
@@ -196,11 +205,7 @@ def shuffled_run(rank: int, folder: str, stop_at: int | None, resume: bool) -> d
         for i, (x,) in enumerate(loader):
             if skip and i < skip:
                 continue
-            seen.append(x.flatten().tolist())
-            loss = model(x).pow(2).mean()
-            acc.backward(loss)
-            optimizer.step()
-            optimizer.zero_grad()
+            seen.append(_trained_on(acc, model, optimizer, x))
             steps.n += 1
             if steps.n == stop_at:
                 acc.save_state(Path(folder) / "ckpt")
@@ -367,11 +372,7 @@ def resume_chain(rank: int, folder: str, configs: list[dict[str, Any]]) -> list[
             for _ in range(start, epochs):
                 active = acc.skip_first_batches(loader, skip) if skip else loader
                 for (x,) in active:
-                    seen.append(x.flatten().tolist())
-                    loss = model(x).pow(2).mean()
-                    acc.backward(loss)
-                    optimizer.step()
-                    optimizer.zero_grad()
+                    seen.append(_trained_on(acc, model, optimizer, x))
                     steps.n += 1
                     if steps.n == stop_at:
                         acc.save_state(ckpt)

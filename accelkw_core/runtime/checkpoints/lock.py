@@ -16,7 +16,6 @@ import json
 import os
 import socket
 from pathlib import Path
-from types import TracebackType
 
 from accelkw_core.errors import CheckpointError, CheckpointLockedError
 
@@ -42,7 +41,7 @@ class WriterLock:
     """The exclusive right to write the checkpoint folder ``final``.
 
     :meth:`acquire` raises :class:`CheckpointLockedError` at once when another process holds it;
-    :meth:`release` gives it back and removes the lock file. A context manager too.
+    :meth:`release` gives it back and removes the lock file.
     """
 
     def __init__(self, final: Path) -> None:
@@ -100,18 +99,6 @@ class WriterLock:
         with contextlib.suppress(FileNotFoundError):
             os.unlink(self.path)
         os.close(fd)
-
-    def __enter__(self) -> WriterLock:
-        self.acquire()
-        return self
-
-    def __exit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
-        self.release()
 
 
 def is_held(final: Path) -> bool:

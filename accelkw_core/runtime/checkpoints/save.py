@@ -186,14 +186,13 @@ def _write_states(
 
 
 def _start(
-    state: AcceleratorState, folder: Path, lock: WriterLock | None
+    target: Path, lock: WriterLock | None
 ) -> tuple[Path | None, list[str], BaseException | None]:
     """On a committing process: lock, prepare and make the temporary folder."""
     if lock is None:
         return None, [], None
     try:
         lock.acquire()
-        target = target_of(folder)
         notes = _prepare_target(target)
         temporary = durable.temporary_of(target, durable.new_token())
         try:
@@ -236,9 +235,11 @@ def save_checkpoint(
     Returns the folder and notes on what was cleaned up (stale temporaries, an interrupted commit).
     """
     committer = _committer(state, save_on_each_node)
-    lock = WriterLock(folder) if committer else None
+    # The lock is the folder's a link points to: two links to one folder share its writer.
+    target = target_of(folder) if committer else folder
+    lock = WriterLock(target) if committer else None
     try:
-        mine, notes, error = _start(state, folder, lock)
+        mine, notes, error = _start(target, lock)
         temporary = _shared_temporary(state, mine, error)
         writer = CheckpointWriter(temporary, state)
         handlers: list[str] = []
@@ -262,7 +263,7 @@ def save_checkpoint(
                 Manifest(
                     world_size=state.world_size, step=what.step, handlers=handlers, files=entries
                 ).write(temporary)
-                durable.commit_folder(temporary, target_of(folder))
+                durable.commit_folder(temporary, target)
             except BaseException as exc:
                 error = (
                     durable.write_error(temporary, exc, "committed")
