@@ -33,11 +33,11 @@ if TYPE_CHECKING:
     )
     from accelkw_core.handlers.base import KwargsHandler
     from accelkw_core.runtime.accelerator import Accelerator
+    from accelkw_core.runtime.checkpoints.project import ProjectConfiguration
     from accelkw_core.runtime.data_loader import skip_first_batches
     from accelkw_core.runtime.dataloader_config import DataLoaderConfiguration
     from accelkw_core.runtime.memory import find_executable_batch_size
     from accelkw_core.runtime.processes import DistributedType
-    from accelkw_core.runtime.project import ProjectConfiguration
     from accelkw_core.runtime.state import AcceleratorState
 
 if TYPE_CHECKING:  # the names that moved in 0.2, typed as what they are (they warn at run time)
@@ -60,7 +60,7 @@ _EXPORTS = {
     "find_executable_batch_size": "accelkw_core.runtime.memory",
     "skip_first_batches": "accelkw_core.runtime.data_loader",
     "KwargsHandler": "accelkw_core.handlers.base",
-    "ProjectConfiguration": "accelkw_core.runtime.project",
+    "ProjectConfiguration": "accelkw_core.runtime.checkpoints.project",
     "Registry": "accelkw_core.discovery.registry",
     "get_registry": "accelkw_core.discovery.registry",
     "set_registry": "accelkw_core.discovery.registry",

@@ -11,6 +11,7 @@ __all__ = [
     "AccelkwError",
     "BatchSizeError",
     "CheckpointError",
+    "CheckpointLockedError",
     "CheckpointNotFoundError",
     "CheckpointWarning",
     "ComposeError",
@@ -218,6 +219,21 @@ class CheckpointError(AccelkwError, OSError):
 
     def __str__(self) -> str:
         return f"checkpoint: {self.path} {self.problem}"
+
+
+class CheckpointLockedError(CheckpointError):
+    """Another process is saving into the checkpoint folder: one writer per folder.
+
+    ``holder`` says which (its host and process id), ``path`` the folder.
+    """
+
+    def __init__(self, path: Any, holder: str) -> None:
+        self.holder = holder
+        super().__init__(
+            path,
+            f"is being saved by another process ({holder}): one writer per checkpoint folder; "
+            "wait for that save to finish, or save elsewhere",
+        )
 
 
 class CheckpointNotFoundError(CheckpointError, FileNotFoundError, ValueError):

@@ -16,7 +16,7 @@ from accelkw_core.handlers.accelerate_env import AccelerateEnv, accelerate_flag,
 from accelkw_core.handlers.base import KwargsHandler, handler_field
 from accelkw_core.handlers.enums import ReferenceEnum
 from accelkw_core.handlers.plan import Plan, PlanStep
-from accelkw_core.runtime.checkpoint_io import CheckpointReader, CheckpointWriter
+from accelkw_core.runtime.checkpoints.files import CheckpointReader, CheckpointWriter
 from accelkw_core.runtime.contributions import (
     AccumulationPolicy,
     AfterStep,
@@ -33,6 +33,7 @@ from accelkw_core.runtime.contributions import (
     OptimizerWrapper,
     OutputConverter,
     ProfilerFactory,
+    StartsFresh,
     Stateful,
     SuspendSync,
     Teardown,
@@ -110,6 +111,7 @@ __all__ = [
     "PointConflictError",
     "ProfilerFactory",
     "ReferenceEnum",
+    "StartsFresh",
     "Stateful",
     "StepContext",
     "SuspendSync",

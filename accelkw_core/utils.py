@@ -59,6 +59,7 @@ from accelkw_core.runtime.availability import (
     is_wandb_available,
     is_xpu_available,
 )
+from accelkw_core.runtime.checkpoints.project import ProjectConfiguration
 from accelkw_core.runtime.dataloader_config import DataLoaderConfiguration
 from accelkw_core.runtime.memory import (
     clear_device_cache,
@@ -78,7 +79,6 @@ from accelkw_core.runtime.operations import (
     send_to_device,
 )
 from accelkw_core.runtime.processes import DistributedType
-from accelkw_core.runtime.project import ProjectConfiguration
 from accelkw_core.runtime.seeding import set_seed
 from accelkw_core.tracking.selection import LoggerType
 

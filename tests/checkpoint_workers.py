@@ -50,7 +50,7 @@ class Tripwire:
 
 
 def _arm_renames(n: int) -> None:
-    from accelkw_core.runtime import durable
+    from accelkw_core.runtime.checkpoints import durable
 
     durable._exchange = lambda a, b: False  # type: ignore[attr-defined]
     real = os.rename
@@ -66,18 +66,18 @@ def _arm_renames(n: int) -> None:
 
 
 def _arm_write() -> None:
-    from accelkw_core.runtime import checkpoint_io
+    from accelkw_core.runtime.checkpoints import files
 
     # Every file written through the writer is fsynced and hashed by entry_of once written.
     def entry_of(path: Path) -> Any:
         path.write_bytes(path.read_bytes()[: path.stat().st_size // 2])
         _kill()
 
-    checkpoint_io.entry_of = entry_of  # type: ignore[attr-defined]
+    files.entry_of = entry_of
 
 
 def _arm_commit() -> None:
-    from accelkw_core.runtime import durable
+    from accelkw_core.runtime.checkpoints import durable
 
     real = durable.commit_folder
 
@@ -163,6 +163,15 @@ class Steps:
         self.n = state["n"]
 
 
+def _trained_on(acc: Any, model: Any, optimizer: Any, x: Any) -> list[float]:
+    """One optimizer step on the batch ``x``; the batch, as plain floats."""
+    loss = model(x).pow(2).mean()
+    acc.backward(loss)
+    optimizer.step()
+    optimizer.zero_grad()
+    return list(x.flatten().tolist())
+
+
 def shuffled_run(rank: int, folder: str, stop_at: int | None, resume: bool) -> dict[str, Any]:
     """Two epochs over a shuffled loader, as a resume recipe writes them.
 
@@ -196,11 +205,7 @@ def shuffled_run(rank: int, folder: str, stop_at: int | None, resume: bool) -> d
         for i, (x,) in enumerate(loader):
             if skip and i < skip:
                 continue
-            seen.append(x.flatten().tolist())
-            loss = model(x).pow(2).mean()
-            acc.backward(loss)
-            optimizer.step()
-            optimizer.zero_grad()
+            seen.append(_trained_on(acc, model, optimizer, x))
             steps.n += 1
             if steps.n == stop_at:
                 acc.save_state(Path(folder) / "ckpt")
@@ -211,3 +216,176 @@ def shuffled_run(rank: int, folder: str, stop_at: int | None, resume: bool) -> d
     weights = [p.detach().flatten().tolist() for p in acc.unwrap_model(model).parameters()]
     acc.end_training()
     return {"seen": seen, "weights": weights}
+
+
+def small_model() -> Any:
+    """The model the checkpoint-moving tests share (both frameworks, one and two processes)."""
+    import torch
+
+    return torch.nn.Sequential(torch.nn.Linear(4, 8), torch.nn.ReLU(), torch.nn.Linear(8, 2))
+
+
+class Refuses:
+    """A registered object whose ``load_state_dict`` raises once ``armed`` (a changed class)."""
+
+    def __init__(self) -> None:
+        self.armed = False
+        self.n = 0
+
+    def state_dict(self) -> dict[str, int]:
+        return {"n": self.n}
+
+    def load_state_dict(self, state: dict[str, int]) -> None:
+        if self.armed:
+            raise KeyError("lr_lambdas")
+        self.n = state["n"]
+
+
+def _plain(model: Any) -> dict[str, list[float]]:
+    return {k: v.flatten().tolist() for k, v in model.state_dict().items()}
+
+
+def moves(rank: int, run_dir: str) -> dict[str, Any]:
+    """Two processes over checkpoints of one: load them, save one, refuse one, fail a commit.
+
+    ``run_dir`` holds ``one`` (accelkw, one process), ``accel`` (Accelerate, one process) and
+    ``legacy`` (``one`` with the ``module.`` key names accelkw 0.2 saved on several processes).
+    Returns the weights after each load, the save's weights, and what the faults raised.
+    """
+    import warnings
+
+    import torch
+
+    from accelkw_core import Accelerator, CheckpointError
+    from accelkw_core.runtime.checkpoints import durable
+    from accelkw_core.testing import isolated_registry, plugin_of
+    from tests.runtime_helpers import GroupKwargs, SyncKwargs
+
+    out = Path(run_dir)
+    acc = Accelerator(cpu=True, registry=isolated_registry([plugin_of(GroupKwargs, SyncKwargs)]))
+    torch.manual_seed(7)
+    model = small_model()
+    optimizer = torch.optim.Adam(model.parameters(), lr=0.1)
+    model, optimizer = acc.prepare(model, optimizer)
+    inner = acc.unwrap_model(model)
+    found: dict[str, Any] = {"wrapped": type(model).__name__}
+    for name in ("one", "accel", "legacy"):
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            acc.load_state(out / name)
+        found[name] = _plain(inner)
+        found[f"{name}-warnings"] = [str(w.message) for w in caught]
+    refuses = Refuses()
+    acc.register_for_checkpointing(refuses)
+    loss = model(torch.randn(3, 4)).pow(2).mean()
+    acc.backward(loss)
+    optimizer.step()
+    optimizer.zero_grad()
+    refuses.n = 5
+    acc.save_state(out / "two")
+    found["two"] = _plain(inner)
+    # A load rank 1 cannot apply: both processes raise, and both go back.
+    loss = model(torch.randn(3, 4)).pow(2).mean()
+    acc.backward(loss)
+    optimizer.step()
+    before = (_plain(inner), repr(optimizer.state_dict()))
+    refuses.armed = rank == 1
+    try:
+        acc.load_state(out / "two")
+        found["refused"] = ""
+    except CheckpointError as exc:
+        found["refused"] = str(exc)
+    found["unchanged"] = before == (_plain(inner), repr(optimizer.state_dict()))
+    refuses.armed = False
+    # A commit that fails on the committing process: every process raises, none waits.
+    real = durable.commit_folder
+
+    def full(temporary: Path, final: Path) -> None:
+        raise OSError(28, "No space left on device")
+
+    if rank == 0:
+        durable.commit_folder = full
+    try:
+        acc.save_state(out / "two")
+        found["commit"] = ""
+    except CheckpointError as exc:
+        found["commit"] = str(exc)
+    finally:
+        durable.commit_folder = real
+    acc.end_training()
+    return found
+
+
+def resume_chain(rank: int, folder: str, configs: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """For each config, an uninterrupted run and a chain of runs each resumed from the last.
+
+    A config gives ``generator`` (the user's ``DataLoader(generator=...)``), ``seedable``
+    (``use_seedable_sampler``) and ``stops`` (the steps after which a run saves and ends; the
+    run after the last stop finishes). Each run starts as a fresh process would (seeded, new
+    objects prepared); a resumed one loads the checkpoint, then skips the batches of the
+    current pass already done with ``skip_first_batches``. The model has dropout. Returns,
+    per config, the batches each run saw and the final weights of both.
+    """
+    import torch
+
+    from accelkw_core import Accelerator
+    from accelkw_core.testing import isolated_registry, plugin_of
+    from accelkw_core.utils import DataLoaderConfiguration
+    from tests.runtime_helpers import GroupKwargs, SyncKwargs
+
+    results = []
+    epochs = 3
+    # One Accelerator (one process group) for every config: free_memory() between runs.
+    acc = Accelerator(
+        cpu=True,
+        registry=isolated_registry([plugin_of(GroupKwargs, SyncKwargs)]),
+        dataloader_config=DataLoaderConfiguration(),
+    )
+    ckpt = Path(folder) / "ckpt"
+    for config in configs:
+        acc.dataloader_config.use_seedable_sampler = config["seedable"]
+
+        def run(
+            stop_at: int | None, resume: bool, config: dict[str, Any] = config
+        ) -> tuple[list[list[float]], Any]:
+            acc.free_memory()
+            torch.manual_seed(0)
+            # Small inputs (eighths, exact in float32) keep the training finite.
+            data = torch.utils.data.TensorDataset(
+                torch.arange(24, dtype=torch.float32).unsqueeze(1) / 8
+            )
+            generator = torch.Generator().manual_seed(5) if config["generator"] else None
+            loader = torch.utils.data.DataLoader(
+                data, batch_size=2, shuffle=True, generator=generator
+            )
+            model = torch.nn.Sequential(
+                torch.nn.Linear(1, 8), torch.nn.Dropout(0.5), torch.nn.Linear(8, 1)
+            )
+            optimizer = torch.optim.SGD(model.parameters(), lr=0.01)
+            model, optimizer, loader = acc.prepare(model, optimizer, loader)
+            steps = Steps()
+            acc.register_for_checkpointing(steps)
+            if resume:
+                acc.load_state(ckpt)
+            start, skip = divmod(steps.n, len(loader))
+            seen: list[list[float]] = []
+            for _ in range(start, epochs):
+                active = acc.skip_first_batches(loader, skip) if skip else loader
+                for (x,) in active:
+                    seen.append(_trained_on(acc, model, optimizer, x))
+                    steps.n += 1
+                    if steps.n == stop_at:
+                        acc.save_state(ckpt)
+                        return seen, None
+                skip = 0
+            return seen, _plain(acc.unwrap_model(model))
+
+        whole, weights = run(None, False)
+        chain: list[list[list[float]]] = []
+        final = None
+        for i, stop in enumerate([*config["stops"], None]):
+            seen, final = run(stop, i > 0)
+            chain.append(seen)
+        results.append({"whole": whole, "weights": weights, "chain": chain, "final": final})
+    acc.end_training()
+    return results

@@ -20,8 +20,8 @@ from safetensors.torch import load_file
 
 from accelkw_core import Accelerator, CheckpointError, ProjectConfiguration
 from accelkw_core.errors import CheckpointNotFoundError, CheckpointWarning, ConfigError
-from accelkw_core.runtime import durable
-from accelkw_core.runtime.manifest import MANIFEST, read_manifest
+from accelkw_core.runtime.checkpoints import durable
+from accelkw_core.runtime.checkpoints.manifest import MANIFEST, read_manifest
 from accelkw_core.testing import isolated_registry, plugin_of, run_workers
 from tests import checkpoint_workers as workers
 from tests.runtime_helpers import ScaleKwargs
@@ -259,14 +259,18 @@ def test_a_folder_holding_other_files_is_refused_and_kept(tmp_path: Path) -> Non
 
 
 def test_a_temporary_left_by_a_killed_save_is_removed_by_the_next(tmp_path: Path) -> None:
-    stale = durable.temporary_of(tmp_path / "other")
+    stale = durable.temporary_of(tmp_path / "other", "4242-deadbeef")
     stale.mkdir()
     (stale / "optimizer.bin").write_bytes(b"half")
+    legacy = tmp_path / ".ckpt.accelkw-tmp"  # as accelkw 0.2 named them
+    legacy.mkdir()
+    # A file that looks like a temporary is not one of ours: the sweep leaves it.
+    (tmp_path / ".notes.accelkw-tmp").write_text("mine")
     acc = make()
     trained(acc)
-    with pytest.warns(CheckpointWarning, match=r"removed \.other\.accelkw-tmp"):
+    with pytest.warns(CheckpointWarning, match=r"removed \.other\.4242-deadbeef\.accelkw-tmp"):
         acc.save_state(tmp_path / "ckpt")
-    assert sorted(p.name for p in tmp_path.iterdir()) == ["ckpt"]
+    assert sorted(p.name for p in tmp_path.iterdir()) == [".notes.accelkw-tmp", "ckpt"]
 
 
 @pytest.mark.parametrize("new_complete", [True, False], ids=["finish", "undo"])
@@ -284,14 +288,15 @@ def test_a_commit_cut_between_its_two_renames_is_finished_or_undone(
     acc.save_state(tmp_path / "next")
     new = snapshot(*objects)
     os.rename(tmp_path / "ckpt", durable.aside_of(tmp_path / "ckpt"))
-    os.rename(tmp_path / "next", durable.temporary_of(tmp_path / "ckpt"))
+    temporary = durable.temporary_of(tmp_path / "ckpt", "4242-deadbeef")
+    os.rename(tmp_path / "next", temporary)
     if not new_complete:
-        (durable.temporary_of(tmp_path / "ckpt") / MANIFEST).unlink()
+        (temporary / MANIFEST).unlink()
     step(acc, *objects[:3])
     acc.load_state(tmp_path / "ckpt")
     assert same(new if new_complete else old, snapshot(*objects))
     assert sorted(p.name for p in tmp_path.iterdir()) == (
-        ["ckpt"] if new_complete else [".ckpt.accelkw-tmp", "ckpt"]
+        ["ckpt"] if new_complete else [temporary.name, "ckpt"]
     )
 
 

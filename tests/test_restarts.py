@@ -18,7 +18,7 @@ from pathlib import Path
 
 import pytest
 
-from accelkw_core.runtime.project import is_complete, numbered_checkpoints
+from accelkw_core.runtime.checkpoints.project import is_complete, numbered_checkpoints
 
 pytestmark = pytest.mark.multiprocess
 

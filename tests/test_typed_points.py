@@ -98,10 +98,22 @@ def test_mypy_strict_rejects_a_wrong_contribution_and_accepts_the_right_ones(
                     "tools.*",
                     "testing.*",
                     "runtime.accelerator",
-                    "runtime.checkpointing",
                     "runtime.saving",
-                    "runtime.manifest",
-                    "runtime.durable",
+                    *(
+                        f"runtime.checkpoints.{module}"
+                        for module in (
+                            "agreement",
+                            "durable",
+                            "layout",
+                            "load",
+                            "lock",
+                            "manifest",
+                            "pretrained",
+                            "project",
+                            "random_states",
+                            "save",
+                        )
+                    ),
                 )
             ),
         ]

@@ -22,6 +22,7 @@ from accelkw_core.errors import AccelkwError, ComposeError
 from accelkw_core.logs import configure_from_env
 from accelkw_core.runtime import collectives as ops
 from accelkw_core.runtime.accumulation import AccumulationAPI, GradientState
+from accelkw_core.runtime.checkpoints.project import ProjectConfiguration
 from accelkw_core.runtime.composition import compose
 from accelkw_core.runtime.dataloader_config import DataLoaderConfiguration
 from accelkw_core.runtime.forward import forward_contexts
@@ -36,7 +37,6 @@ from accelkw_core.runtime.points import (
     ExtensionPoint,
 )
 from accelkw_core.runtime.preparing import PreparingAPI
-from accelkw_core.runtime.project import ProjectConfiguration
 from accelkw_core.runtime.saving import CheckpointAPI, project_configuration
 from accelkw_core.runtime.state import AcceleratorState
 from accelkw_core.runtime.surface import AccelerateSurface

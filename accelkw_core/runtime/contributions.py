@@ -18,7 +18,7 @@ from accelkw_core.runtime.stepping import AfterStep, AroundStep
 if TYPE_CHECKING:
     import torch
 
-    from accelkw_core.runtime.checkpoint_io import CheckpointReader, CheckpointWriter
+    from accelkw_core.runtime.checkpoints.files import CheckpointReader, CheckpointWriter
 
 __all__ = [
     "AccumulationPolicy",
@@ -36,6 +36,7 @@ __all__ = [
     "OptimizerWrapper",
     "OutputConverter",
     "ProfilerFactory",
+    "StartsFresh",
     "Stateful",
     "SuspendSync",
     "Teardown",
@@ -152,6 +153,19 @@ class CheckpointOwner(Protocol):
     def save_checkpoint(self, writer: CheckpointWriter, /) -> None: ...
 
     def read_checkpoint(self, reader: CheckpointReader, /) -> ApplyLoaded | None: ...
+
+
+@runtime_checkable
+class StartsFresh(Protocol):
+    """A ``checkpoint`` contribution that wants to know when a checkpoint without its state
+    was loaded (it was added since the save): ``checkpoint_loaded_without_state()`` is called
+    once the rest of the checkpoint is applied, after the ``CheckpointWarning`` that says so.
+
+    An exponential moving average, for one, starts its averages from the loaded weights
+    there, not from the weights the run began with.
+    """
+
+    def checkpoint_loaded_without_state(self) -> None: ...
 
 
 #: ``checkpoint``: either kind; an object with ``save_checkpoint`` is treated as an owner.

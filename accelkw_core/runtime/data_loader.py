@@ -106,6 +106,15 @@ class PreparedDataLoader(DataLoader):  # type: ignore[misc]
         # The shuffling generator's state when the current pass drew its order, so that a
         # checkpoint taken mid-pass gives a resumed run the same order (see position()).
         self._pass_state: Any = None
+        # torch's global generator when the pass began: a pass draws from it as it starts (the
+        # loader's base seed; the order, for a sampler without a generator of its own), so a
+        # resumed pass replays those draws from it and then goes back to the restored state.
+        self._pass_global: Any = None
+        self._replay: Any = None
+        # For a copy made by skip_first_batches: the loader it stands for (the one prepared,
+        # which a checkpoint records), and on that loader, the copy iterating now.
+        self._origin: PreparedDataLoader | None = None
+        self._live: PreparedDataLoader | None = None
         if self.batch_size is None:
             # Built from a batch sampler: report its per-process batch size, as the user set it
             # (DataLoader refuses to set the attribute once built).
@@ -157,14 +166,22 @@ class PreparedDataLoader(DataLoader):  # type: ignore[misc]
     def position(self) -> dict[str, Any]:
         """What a checkpoint keeps of this loader: the epoch and its order generator's state.
 
-        Mid-pass, the state the pass drew its order from, and its epoch: a resumed run goes
-        through the same pass again and skips what it did. On the last batch of a pass, as if
-        the pass had ended: a resumed run starts the next one.
+        Mid-pass, the state the pass drew its order from, torch's global generator's state
+        when it began, and its epoch: a resumed run goes through the same pass again, drawing
+        what it drew, and skips what it did. On the last batch of a pass, as if the pass had
+        ended: a resumed run starts the next one. While a copy made by ``skip_first_batches``
+        iterates for this loader, the copy's position.
         """
+        if self._live is not None:
+            return self._live.position()
         generator = self.shuffle_generator
         active = self.progress is not None and self in self.progress.active
         if active and not self.end_of_dataloader:
-            return {"epoch": self.epoch, "generator": self._pass_state}
+            return {
+                "epoch": self.epoch,
+                "generator": self._pass_state,
+                "global_generator": self._pass_global,
+            }
         state = generator.get_state() if generator is not None else None
         return {"epoch": self.epoch + (1 if active else 0), "generator": state}
 
@@ -175,21 +192,32 @@ class PreparedDataLoader(DataLoader):  # type: ignore[misc]
             generator = self.shuffle_generator
             if generator is not None and position.get("generator") is not None:
                 generator.set_state(position["generator"])
+            self._replay = position.get("global_generator")
 
     def __iter__(self) -> Iterator[Any]:
         if self.synchronized_generator is not None:
             _synchronize(self.synchronized_generator)
         generator = self.shuffle_generator
         self._pass_state = generator.get_state() if generator is not None else None
+        replay, self._replay = self._replay, None
+        restored = torch.get_rng_state()
+        if replay is not None:
+            torch.set_rng_state(replay)
+        self._pass_global = torch.get_rng_state()
         self.set_epoch(self.epoch)
         self._begin()
+        if self._origin is not None:
+            self._origin._live = self
         device = self.device
         try:
-            batches = super().__iter__()
             try:
-                current = next(batches)
+                batches = super().__iter__()
+                current = next(batches)  # the pass's draws happen here
             except StopIteration:
                 return
+            finally:
+                if replay is not None:
+                    torch.set_rng_state(restored)
             while True:
                 if device is not None:
                     current = move_to_device(current, device, self.non_blocking)
@@ -202,8 +230,12 @@ class PreparedDataLoader(DataLoader):  # type: ignore[misc]
                 yield current
                 current = upcoming
             self.epoch += 1
+            if self._origin is not None:
+                self._origin.epoch = self.epoch
         finally:
             self._end()
+            if self._origin is not None and self._origin._live is self:
+                self._origin._live = None
 
 
 def _synchronize(generator: Any) -> None:
@@ -541,4 +573,9 @@ def skip_first_batches(dataloader: Any, num_batches: int = 0) -> Any:
     prepared = {name: getattr(dataloader, name) for name in _PREPARED_SETTINGS}
     skipped = PreparedDataLoader(dataloader.dataset, batch_sampler=skipping, **prepared, **kwargs)
     skipped.epoch = dataloader.epoch
+    # The copy iterates for the prepared loader, which the checkpoint records: it takes over a
+    # pass to replay, and reports its position and its epochs to that loader.
+    origin = dataloader._origin if dataloader._origin is not None else dataloader
+    skipped._origin = origin
+    skipped._replay, dataloader._replay = dataloader._replay, None
     return skipped

@@ -262,7 +262,10 @@ CHECKPOINT: ExtensionPoint[CheckpointContribution] = ExtensionPoint(
     "saved and loaded with the run by ``save_state``/``load_state``, keyed by handler name; "
     "state must load with ``torch.load(weights_only=True)`` (checked at save time); a handler "
     "with no state in a checkpoint (``None`` from ``read_checkpoint``, or no ``<key>.pt``) "
-    "starts fresh with a warning",
+    "starts fresh with a warning, and one with ``checkpoint_loaded_without_state()`` "
+    "(``StartsFresh``) is called once the rest is loaded; a ``load_state_dict`` that raises "
+    "has every object the load changed restored, and fails the load naming the handler "
+    '(docs/checkpoints.md, "For plugin authors")',
     "shared",
     "every rank for an owner's ``save_checkpoint``/``read_checkpoint``; the main process "
     "for ``state_dict()``, every rank for ``load_state_dict``",

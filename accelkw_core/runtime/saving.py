@@ -1,15 +1,13 @@
 """Accelerate's checkpoint API on the ``Accelerator``: ``save_state``, ``load_state``, ``save_model``.
 
 With the ``ProjectConfiguration`` that places them (``project_dir``, automatic naming,
-``total_limit``). The files and their guarantees are :mod:`accelkw_core.runtime.checkpointing`'s.
+``total_limit``). The files and their guarantees are :mod:`accelkw_core.runtime.checkpoints`'.
 """
 
 from __future__ import annotations
 
-import json
 import logging
 import os
-import re
 import warnings
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -20,10 +18,17 @@ from accelkw_core.errors import (
     CheckpointWarning,
     ConfigError,
 )
-from accelkw_core.runtime import checkpointing as ckpt
-from accelkw_core.runtime import durable
+from accelkw_core.runtime.checkpoints.durable import remove_tree
+from accelkw_core.runtime.checkpoints.layout import Checkpointed
+from accelkw_core.runtime.checkpoints.load import load_checkpoint
+from accelkw_core.runtime.checkpoints.pretrained import save_pretrained
+from accelkw_core.runtime.checkpoints.project import (
+    ProjectConfiguration,
+    is_complete,
+    numbered_checkpoints,
+)
+from accelkw_core.runtime.checkpoints.save import save_checkpoint
 from accelkw_core.runtime.points import MODEL_CHECKPOINT
-from accelkw_core.runtime.project import ProjectConfiguration, is_complete, numbered_checkpoints
 
 if TYPE_CHECKING:
     from accelkw_core.runtime.state import AcceleratorState
@@ -31,7 +36,6 @@ if TYPE_CHECKING:
 __all__ = ["CheckpointAPI", "project_configuration"]
 
 logger = logging.getLogger("accelkw.checkpoint")
-_SHARD = re.compile(r".*-\d{5}-of-\d{5}\.(bin|safetensors)")
 
 
 def project_configuration(
@@ -74,7 +78,7 @@ class CheckpointAPI:
 
     if TYPE_CHECKING:
 
-        def _checkpointed(self) -> ckpt.Checkpointed: ...
+        def _checkpointed(self) -> Checkpointed: ...
         def get_state_dict(self, model: Any, unwrap: bool = True) -> dict[str, Any]: ...
 
     @property
@@ -112,7 +116,7 @@ class CheckpointAPI:
         ]
         for old in complete[: max(0, len(complete) - limit)]:
             logger.info("total_limit=%d: removing %s", limit, old)
-            durable.remove_tree(old)
+            remove_tree(old)
 
     def save_state(
         self, output_dir: Any = None, safe_serialization: bool = True, **save_model_func_kwargs: Any
@@ -135,10 +139,10 @@ class CheckpointAPI:
         weights = (
             []
             if self.state.values(MODEL_CHECKPOINT)
-            else [self.get_state_dict(model, unwrap=False) for model in what.models]
+            else [self.get_state_dict(model) for model in what.models]
         )
         logger.info("saving the run's state to %s", folder)
-        saved, notes = ckpt.save_checkpoint(
+        saved, notes = save_checkpoint(
             self.state,
             folder,
             what,
@@ -198,7 +202,7 @@ class CheckpointAPI:
             )
         folder = self._agreed_folder(folder)
         logger.info("loading the run's state from %s", folder)
-        step = ckpt.load_checkpoint(
+        step = load_checkpoint(
             self.state,
             folder,
             self._checkpointed(),
@@ -239,66 +243,9 @@ class CheckpointAPI:
         weights = self.get_state_dict(model)
         if not self.state.is_main_process:
             return
-        from huggingface_hub import split_torch_state_dict_into_shards
-
-        folder.mkdir(parents=True, exist_ok=True)
-        if safe_serialization:
-            weights = _without_aliases(weights)
-        name = ckpt.SAFE_MODEL if safe_serialization else ckpt.MODEL
-        stem, suffix = name.rsplit(".", 1)
-        split = split_torch_state_dict_into_shards(
+        save_pretrained(
             weights,
-            filename_pattern=stem + "{suffix}." + suffix,
+            folder,
             max_shard_size=max_shard_size,
+            safe_serialization=safe_serialization,
         )
-        for filename, keys in split.filename_to_tensors.items():
-            _replace_file(folder / filename, {k: weights[k] for k in keys}, safe_serialization)
-        for stale in folder.iterdir():
-            if (
-                stale.name.startswith(stem)
-                and _SHARD.fullmatch(stale.name)
-                and stale.name not in split.filename_to_tensors
-            ):
-                stale.unlink()
-        if split.is_sharded:
-            index = {"metadata": split.metadata, "weight_map": split.tensor_to_filename}
-            text = json.dumps(index, indent=2, sort_keys=True) + "\n"
-            _replace_bytes(folder / (name + ".index.json"), text.encode())
-
-
-def _without_aliases(weights: dict[str, Any]) -> dict[str, Any]:
-    """Keep the first of tensors sharing storage (tied weights), as safetensors requires."""
-    seen: set[tuple[Any, int]] = set()
-    out: dict[str, Any] = {}
-    for key, tensor in weights.items():
-        ident = (tensor.device, tensor.untyped_storage().data_ptr())
-        if ident in seen:
-            continue
-        seen.add(ident)
-        out[key] = tensor
-    return out
-
-
-def _replace_bytes(path: Path, data: bytes | memoryview) -> None:
-    temporary = path.with_name(f".{path.name}{durable.TMP_SUFFIX}")
-    durable.write_durably(temporary, data)
-    os.replace(temporary, path)
-    durable.fsync_dir(path.parent)
-
-
-def _replace_file(path: Path, tensors: dict[str, Any], safe: bool) -> None:
-    import io
-
-    import torch
-
-    if safe:
-        from safetensors.torch import save
-
-        data: bytes | memoryview = save(
-            {k: v.detach().contiguous() for k, v in tensors.items()}, metadata={"format": "pt"}
-        )
-    else:
-        buffer = io.BytesIO()
-        torch.save(tensors, buffer)
-        data = buffer.getbuffer()
-    _replace_bytes(path, data)

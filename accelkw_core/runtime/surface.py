@@ -13,9 +13,10 @@ from collections.abc import Callable, Iterable, Iterator
 from contextlib import contextmanager
 from typing import TYPE_CHECKING, Any
 
-from accelkw_core.runtime import checkpointing as ckpt
 from accelkw_core.runtime import clipping
 from accelkw_core.runtime import collectives as ops
+from accelkw_core.runtime.checkpoints.layout import Checkpointed
+from accelkw_core.runtime.checkpoints.save import model_state_dict
 from accelkw_core.runtime.processes import (
     DistributedType,
     distributed_type,
@@ -266,18 +267,17 @@ class AccelerateSurface:
 
         ``unwrap=True`` reads the model without the handlers' wrappers (no ``module.`` prefix).
         """
-        return ckpt.model_state_dict(
-            self.state, model, self.unwrap_model(model) if unwrap else model
-        )
+        return model_state_dict(self.state, model, self.unwrap_model(model) if unwrap else model)
 
-    def _checkpointed(self) -> ckpt.Checkpointed:
-        return ckpt.Checkpointed(
+    def _checkpointed(self) -> Checkpointed:
+        return Checkpointed(
             [wrapped for wrapped, _ in self._models],
             self._prepared("optimizers"),
             self._prepared("schedulers"),
             self._prepared("data_loaders"),
             self._prepared("custom"),
             int(getattr(self, "step", 0) or 0),
+            unwrapped=[self.unwrap_model(wrapped) for wrapped, _ in self._models],
         )
 
     # -- memory --------------------------------------------------------------------------------

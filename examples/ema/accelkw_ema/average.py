@@ -59,7 +59,8 @@ class ExponentialMovingAverage:
     - :meth:`average_parameters` swaps the averages into the models for a block;
       :meth:`copy_to` writes them for good (before saving the final model).
     - :meth:`state_dict`/:meth:`load_state_dict` save and restore the averages and step
-      counts, the models in the order they were prepared.
+      counts, the models in the order they were prepared; after loading a checkpoint saved
+      without them, :meth:`checkpoint_loaded_without_state` starts them from the loaded weights.
     """
 
     def __init__(self, decay: float, update_after_step: int = 0, update_every: int = 1) -> None:
@@ -173,6 +174,15 @@ class ExponentialMovingAverage:
                 for average, name in zip(tracked.averages, tracked.names, strict=True):
                     average.copy_(saved["averages"][name])
                 tracked.steps = int(saved["steps"])
+
+    def checkpoint_loaded_without_state(self) -> None:
+        """A checkpoint saved without this average was loaded (the handler was added since):
+        start the averages from the weights it loaded, not from those the run began with."""
+        with torch.no_grad():
+            for tracked in self._tracked:
+                for average, param in zip(tracked.averages, tracked.params, strict=True):
+                    average.copy_(param)
+                tracked.steps = 0
 
     def __repr__(self) -> str:
         return (

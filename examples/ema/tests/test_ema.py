@@ -349,6 +349,25 @@ def test_save_state_and_load_state_carry_the_average(tmp_path: Path) -> None:
         assert_same(list(ema_of(acc).averages().values()), straight)
 
 
+def test_a_checkpoint_saved_without_the_average_starts_it_from_the_loaded_weights(
+    tmp_path: Path,
+) -> None:
+    from accelkw_core.errors import CheckpointWarning
+
+    data = batches(4)
+    with accelerator() as acc:  # no EMA when this checkpoint was saved
+        model, opt = prepared(acc)
+        train(acc, model, opt, data)
+        folder = Path(acc.save_state(tmp_path / "checkpoint"))
+        saved = [p.detach().clone() for p in acc.unwrap_model(model).parameters()]
+    with accelerator(EmaKwargs(decay=0.7)) as acc:
+        model, opt = prepared(acc, seed=9)  # its average starts from these weights
+        with pytest.warns(CheckpointWarning, match="handler 'ema' has no state"):
+            acc.load_state(folder)
+        assert_same(list(ema_of(acc).averages().values()), saved)
+        assert ema_of(acc).state_dict()["models"][0]["steps"] == 0
+
+
 def test_loading_into_other_models_says_what_differs() -> None:
     with accelerator(EmaKwargs()) as acc:
         prepared(acc)

@@ -17,7 +17,7 @@ from typing import Any
 
 from accelkw_core._version import __version__
 from accelkw_core.errors import CheckpointError
-from accelkw_core.runtime.durable import FileEntry, checksum, mapped, write_durably
+from accelkw_core.runtime.checkpoints.durable import FileEntry, checksum, mapped, write_durably
 
 __all__ = ["FORMAT", "MANIFEST", "Manifest", "read_manifest"]
 
@@ -84,6 +84,8 @@ class Manifest:
         try:
             with mapped(path) as view:
                 self.check(folder, name, view)
+        except CheckpointError:
+            raise  # an OSError too: it already says what is wrong
         except OSError as exc:
             raise _unreadable(path, exc) from None
 
@@ -108,14 +110,14 @@ def _unreadable(path: Path, exc: OSError) -> CheckpointError:
 
 def _entries(raw: Any, path: Path) -> dict[str, FileEntry]:
     if not isinstance(raw, Mapping):
-        raise CheckpointError(path, "is not a valid manifest: 'files' is not a table")
+        raise CheckpointError(path, "is damaged: not a valid manifest ('files' is not a table)")
     entries: dict[str, FileEntry] = {}
     for name, value in raw.items():
         try:
             entries[str(name)] = FileEntry(int(value["size"]), int(value["xxh3_64"], 16))
         except (KeyError, TypeError, ValueError):
             raise CheckpointError(
-                path, f"is not a valid manifest: entry {name!r} lacks size or xxh3_64"
+                path, f"is damaged: not a valid manifest (entry {name!r} lacks size or xxh3_64)"
             ) from None
     return entries
 
@@ -124,27 +126,38 @@ def read_manifest(folder: Path) -> Manifest | None:
     """The manifest of ``folder``; ``None`` when it has none (a checkpoint from Accelerate)."""
     path = folder / MANIFEST
     try:
-        text = path.read_text(encoding="utf-8")
+        data = path.read_bytes()
     except FileNotFoundError:
         return None
+    except OSError as exc:
+        raise _unreadable(path, exc) from None
     try:
-        raw = json.loads(text)
+        raw = json.loads(data.decode("utf-8"))
         if not isinstance(raw, dict):
             raise ValueError("not a JSON object")
         fmt = int(raw.get("format", 0))
     except (ValueError, TypeError) as exc:
-        raise CheckpointError(path, f"is not a valid manifest ({exc})") from None
+        # A UnicodeDecodeError is a ValueError: a manifest of random bytes lands here too.
+        raise CheckpointError(path, f"is damaged: not a valid manifest ({_short(exc)})") from None
     if fmt > FORMAT:
         raise CheckpointError(
             path,
             f"has format {fmt}, newer than this accelkw reads ({FORMAT}): "
             f"it was written by accelkw {raw.get('accelkw')}; upgrade accelkw-core",
         )
-    return Manifest(
-        world_size=int(raw.get("world_size", 1)),
-        step=int(raw.get("step", 0)),
-        handlers=[str(h) for h in raw.get("handlers", [])],
-        files=_entries(raw.get("files", {}), path),
-        version=str(raw.get("accelkw", "?")),
-        format=fmt,
-    )
+    try:
+        return Manifest(
+            world_size=int(raw.get("world_size", 1)),
+            step=int(raw.get("step", 0)),
+            handlers=[str(h) for h in raw.get("handlers", [])],
+            files=_entries(raw.get("files", {}), path),
+            version=str(raw.get("accelkw", "?")),
+            format=fmt,
+        )
+    except (ValueError, TypeError) as exc:
+        raise CheckpointError(path, f"is damaged: not a valid manifest ({_short(exc)})") from None
+
+
+def _short(exc: BaseException) -> str:
+    lines = str(exc).strip().splitlines()
+    return lines[0][:160] if lines else type(exc).__name__

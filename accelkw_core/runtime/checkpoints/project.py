@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from accelkw_core.errors import ConfigError
-from accelkw_core.runtime.manifest import read_manifest
+from accelkw_core.runtime.checkpoints.manifest import read_manifest
 
 __all__ = ["CHECKPOINTS", "ProjectConfiguration", "is_complete", "numbered_checkpoints"]
 

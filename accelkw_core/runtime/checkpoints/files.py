@@ -2,9 +2,11 @@
 
 ``save_state`` hands a :class:`CheckpointWriter` to the core's own layout and to each handler that
 owns its checkpoint (``save_checkpoint(writer)``); every file written through it is fsynced and
-recorded, size and XXH3-64 hash, for the manifest. ``load_state`` hands a :class:`CheckpointReader`:
+recorded, size and XXH3-64 hash, for the manifest; a write that fails (a full disk) is one
+:class:`~accelkw_core.errors.CheckpointError` naming the file. ``load_state`` hands a :class:`CheckpointReader`:
 each read is checked against the manifest first (a checkpoint written by Accelerate has none, and
-is checked by reading it whole), and a file that is missing, short or damaged is one
+is checked by reading it whole), a file that is a link out of the folder is refused, and a file
+that is missing, short or damaged is one
 :class:`~accelkw_core.errors.CheckpointError` naming it. Torch is imported inside the methods.
 """
 
@@ -13,15 +15,16 @@ from __future__ import annotations
 import io
 import os
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, TypeVar
+from typing import TYPE_CHECKING, Any, BinaryIO, TypeVar
 
 from accelkw_core.errors import CheckpointError
-from accelkw_core.runtime.durable import EagerFile, FileEntry, entry_of
-from accelkw_core.runtime.manifest import Manifest
+from accelkw_core.runtime.checkpoints import durable
+from accelkw_core.runtime.checkpoints.durable import FileEntry, entry_of, fsync_dir, write_error
+from accelkw_core.runtime.checkpoints.manifest import Manifest
 
 if TYPE_CHECKING:
     from collections.abc import Callable
-    from concurrent.futures import Executor, Future, ThreadPoolExecutor
+    from concurrent.futures import Future, ThreadPoolExecutor
 
     from accelkw_core.runtime.state import AcceleratorState
 
@@ -42,7 +45,8 @@ class CheckpointWriter:
 
     ``folder`` is the folder being written; ``rank``, ``world_size`` and ``is_main_process``
     say which process this is, so a contributor writes shared files once and its own shards on
-    every rank. ``entries`` holds what this process wrote, for the manifest.
+    every rank. ``entries`` holds what this process wrote, for the manifest, once
+    :meth:`finish` has synced it.
     """
 
     def __init__(self, folder: Path, state: AcceleratorState) -> None:
@@ -51,34 +55,48 @@ class CheckpointWriter:
         self.world_size = state.world_size
         self.is_main_process = state.is_main_process
         self.entries: dict[str, FileEntry] = {}
-        # Files a library wrote are fsynced and hashed on a thread while the next one is
-        # serialised: an fsync waits on the disk, not on the CPU.
-        self._pending: dict[str, Future[FileEntry]] = {}
-        self._pool: ThreadPoolExecutor | None = None
+        self._written: list[str] = []
         # A second thread serialises the largest state (an optimizer's) while the caller goes
         # on to the next file: both copy into the page cache, which two cores do in half the time.
+        self._pending: dict[str, Future[None]] = {}
         self._writer: ThreadPoolExecutor | None = None
 
     def finish(self) -> dict[str, FileEntry]:
-        """Wait for every file to be on disk; what this process wrote, for the manifest."""
+        """Wait for every file to be written, then sync them all; what this process wrote.
+
+        Everything is written first and synced once at the end: the disk then takes the
+        whole checkpoint as one batch, which is faster than syncing each file as it goes.
+        """
+        error: BaseException | None = None
         try:
-            for name, future in self._pending.items():
-                self.entries[name] = future.result()
+            for future in self._pending.values():
+                try:
+                    future.result()
+                except BaseException as exc:  # every job is waited for before raising
+                    error = error or exc
         finally:
-            # Every job is waited for, even after one failed: none may write into the folder
-            # once the caller has moved on to removing it.
-            for pool in (self._writer, self._pool):
-                if pool is not None:
-                    pool.shutdown(wait=True, cancel_futures=True)
+            # None may write into the folder once the caller has moved on to removing it.
+            if self._writer is not None:
+                self._writer.shutdown(wait=True, cancel_futures=True)
             self._pending.clear()
-            self._writer = self._pool = None
+            self._writer = None
+        if error is not None:
+            raise error
+        self.entries.update(_sync_all(self.folder, self._written))
+        folders = {(self.folder / name).parent for name in self._written}
+        for folder in sorted(folders, key=lambda p: len(p.parts), reverse=True):
+            fsync_dir(folder)
+        self._written.clear()
         return dict(self.entries)
 
     def write_bytes(self, name: str, data: bytes | memoryview) -> Path:
-        """Write ``data`` to ``name`` (relative to the folder), recorded; fsynced by :meth:`finish`."""
+        """Write ``data`` to ``name`` (relative to the folder), recorded; synced by :meth:`finish`."""
         path = self._path(name)
-        with open(path, "wb") as fh:
-            fh.write(data)
+        try:
+            with durable.open_new(path) as fh:
+                fh.write(data)
+        except OSError as exc:
+            raise write_error(path, exc) from None
         self.record(name)
         return path
 
@@ -100,10 +118,8 @@ class CheckpointWriter:
                 from concurrent.futures import ThreadPoolExecutor
 
                 self._writer = ThreadPoolExecutor(max_workers=1, thread_name_prefix="accelkw-save")
-            sync = self._executor()  # made here: the writer thread must not race to make it
-            self._pending[_relative(name)] = self._writer.submit(
-                self._save_eagerly, path, obj, sync
-            )
+            self._pending[_relative(name)] = self._writer.submit(_save_to, path, obj)
+            self._written.append(_relative(name))
             return path
         buffer = io.BytesIO()
         torch.save(obj, buffer)
@@ -119,31 +135,13 @@ class CheckpointWriter:
             ) from exc
         return self.write_bytes(name, data)
 
-    @staticmethod
-    def _save_eagerly(path: Path, obj: Any, sync: Executor) -> FileEntry:
-        import torch
-
-        try:
-            with open(path, "wb") as fh:
-                eager = EagerFile(fh, sync)
-                try:
-                    torch.save(obj, eager)
-                finally:
-                    eager.close()
-            return entry_of(path)
-        except Exception as exc:
-            raise CheckpointError(path, f"cannot be saved ({_first_line(exc)})") from exc
-
     def save_tensors(self, name: str, tensors: dict[str, Any]) -> Path:
         """A dict of tensors as a safetensors file (``model.safetensors``)."""
-        from safetensors.torch import save_file
+        from safetensors.torch import save
 
-        path = self._path(name)
         try:
-            save_file(
-                {k: v.detach().contiguous() for k, v in tensors.items()},
-                path,
-                metadata={"format": "pt"},
+            data = save(
+                {k: v.detach().contiguous() for k, v in tensors.items()}, metadata={"format": "pt"}
             )
         except RuntimeError as exc:
             raise CheckpointError(
@@ -151,27 +149,20 @@ class CheckpointWriter:
                 f"cannot be saved as safetensors ({_first_line(exc)}); "
                 "save_state(safe_serialization=False) writes pytorch_model.bin instead",
             ) from exc
-        self.record(name)
-        return path
+        return self.write_bytes(name, data)
 
     def _path(self, name: str) -> Path:
         path = self.folder / _relative(name)
-        path.parent.mkdir(parents=True, exist_ok=True)
+        try:
+            path.parent.mkdir(parents=True, exist_ok=True)
+        except OSError as exc:
+            raise write_error(path.parent, exc, "created") from None
         return path
 
     def record(self, name: str) -> None:
-        """Fsync and record a file a library wrote into the folder itself (DCP's shards)."""
-        name = _relative(name)
-        self._pending[name] = self._executor().submit(entry_of, self.folder / name)
-
-    def _executor(self) -> ThreadPoolExecutor:
-        if self._pool is None:
-            # Imported here: every plugin imports this module (through accelkw_core.plugin)
-            # and a listing should not pay for the threads a save uses.
-            from concurrent.futures import ThreadPoolExecutor
-
-            self._pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="accelkw-fsync")
-        return self._pool
+        """Record a file written into the folder (a library's, DCP's): synced and hashed by
+        :meth:`finish`, listed in the manifest."""
+        self._written.append(_relative(name))
 
     def record_tree(self, name: str) -> None:
         """:meth:`record` every file under the sub-folder ``name``."""
@@ -179,6 +170,50 @@ class CheckpointWriter:
         for dirpath, _, files in os.walk(root):
             for file in files:
                 self.record((Path(dirpath) / file).relative_to(self.folder).as_posix())
+
+
+class _Watched:
+    """A file object that keeps the ``OSError`` a write raised: a library that turns it into
+    its own error (torch's zip writer) would otherwise hide that the disk was full."""
+
+    def __init__(self, fh: BinaryIO) -> None:
+        self._fh = fh
+        self.error: OSError | None = None
+
+    def write(self, data: bytes | memoryview) -> int:
+        try:
+            return self._fh.write(data)
+        except OSError as exc:
+            self.error = exc
+            raise
+
+    def flush(self) -> None:
+        self._fh.flush()
+
+
+def _save_to(path: Path, obj: Any) -> None:
+    import torch
+
+    watched: _Watched | None = None
+    try:
+        with durable.open_new(path) as fh:
+            watched = _Watched(fh)
+            torch.save(obj, watched)
+    except Exception as exc:
+        cause = watched.error if watched is not None and watched.error is not None else exc
+        raise write_error(path, cause, "saved") from exc
+
+
+def _sync_all(folder: Path, names: list[str]) -> dict[str, FileEntry]:
+    """Fsync and hash each written file, two at a time (a sync waits on the disk, a hash on
+    the CPU)."""
+    if not names:
+        return {}
+    from concurrent.futures import ThreadPoolExecutor
+
+    with ThreadPoolExecutor(max_workers=2, thread_name_prefix="accelkw-fsync") as pool:
+        entries = list(pool.map(entry_of, [folder / name for name in names]))
+    return dict(zip(names, entries, strict=True))
 
 
 class CheckpointReader:
@@ -216,7 +251,7 @@ class CheckpointReader:
         """``torch.load(weights_only=True)`` of ``name``, on the CPU; errors name the file."""
         import torch
 
-        from accelkw_core.runtime.random_states import numpy_safe_globals
+        from accelkw_core.runtime.checkpoints.random_states import numpy_safe_globals
 
         load_kwargs.setdefault("map_location", "cpu")
         load_kwargs["weights_only"] = True
@@ -244,7 +279,7 @@ class CheckpointReader:
         reading failed too.
         """
         name = _relative(name)
-        path = self.folder / name
+        path = self._inside(name)
         if self.manifest is None:
             self.verify(name)
             check = None
@@ -265,13 +300,24 @@ class CheckpointReader:
             check.result()
         return result
 
+    def _inside(self, name: str) -> Path:
+        """The path of ``name``, refused when it resolves outside the folder (a link out)."""
+        path = self.folder / _relative(name)
+        root = os.path.realpath(self.folder)
+        real = os.path.realpath(path)
+        if real != root and not real.startswith(root.rstrip(os.sep) + os.sep):
+            raise CheckpointError(
+                path, f"is a link to {real}, outside the checkpoint folder: refused"
+            )
+        return path
+
     def verify(self, name: str) -> Path:
         """Check ``name`` against the manifest (size, then hash); returns its path.
 
         For a checkpoint without a manifest, only that it exists: reading it checks the rest.
         """
         name = _relative(name)
-        path = self.folder / name
+        path = self._inside(name)
         if self.manifest is not None:
             self.manifest.check_file(self.folder, name)
         elif not path.is_file():
@@ -280,12 +326,13 @@ class CheckpointReader:
 
     def verify_tree(self, name: str) -> Path:
         """Check every file under the sub-folder ``name`` (a DCP checkpoint); returns its path."""
-        root = self.folder / _relative(name)
+        root = self._inside(name)
         if self.manifest is not None:
             names = [f for f in self.manifest.files if f.startswith(_relative(name) + "/")]
             if not names:
                 raise CheckpointError(root, "is missing (the manifest lists no file under it)")
             for file in names:
+                self._inside(file)
                 self.manifest.check_file(self.folder, file)
         elif not root.is_dir():
             raise CheckpointError(root, "is missing")

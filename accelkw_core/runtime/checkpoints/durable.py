@@ -1,6 +1,7 @@
 """Durable files and folders: written, fsynced, and moved into place in one rename.
 
-A checkpoint folder is built under a temporary name beside its final one and committed with
+A checkpoint folder is built under a temporary name unique to its save (``.<name>.<token>`` with
+:data:`TMP_SUFFIX`) beside its final one and committed with
 :func:`commit_folder`. Where the final folder already exists the two are exchanged atomically
 (``renameat2(RENAME_EXCHANGE)`` on Linux); elsewhere the old folder is first renamed aside, and
 :func:`recover` finishes or undoes a commit a crash interrupted between the two renames. At every
@@ -13,32 +14,38 @@ Torch-free: the bytes come from the caller.
 from __future__ import annotations
 
 import contextlib
+import errno
 import mmap
 import os
+import secrets
 import shutil
 from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import TYPE_CHECKING, BinaryIO, NamedTuple
+from typing import BinaryIO, NamedTuple
 
-if TYPE_CHECKING:
-    from concurrent.futures import Executor, Future
+from accelkw_core.errors import CheckpointError
 
 __all__ = [
     "OLD_SUFFIX",
     "TMP_SUFFIX",
-    "EagerFile",
     "FileEntry",
     "aside_of",
     "checksum",
     "commit_folder",
     "entry_of",
     "fsync_dir",
+    "fsync_tree",
     "mapped",
+    "new_token",
+    "open_new",
+    "owner_of",
     "recover",
     "remove_tree",
     "stale_temporaries",
+    "temporaries_of",
     "temporary_of",
     "write_durably",
+    "write_error",
 ]
 
 TMP_SUFFIX = ".accelkw-tmp"
@@ -59,9 +66,59 @@ def checksum(data: bytes | memoryview | mmap.mmap) -> int:
     return int(xxhash.xxh3_64_intdigest(data))
 
 
-def temporary_of(final: Path) -> Path:
-    """The folder a checkpoint for ``final`` is written into before it is committed."""
-    return final.with_name(f".{final.name}{TMP_SUFFIX}")
+def new_token() -> str:
+    """A name part unique to one save: two saves never share (or remove) a temporary folder."""
+    return f"{os.getpid()}-{secrets.token_hex(4)}"
+
+
+def temporary_of(final: Path, token: str) -> Path:
+    """The folder the save ``token`` writes a checkpoint for ``final`` into before its commit."""
+    return final.with_name(f".{final.name}.{token}{TMP_SUFFIX}")
+
+
+def owner_of(temporary: Path) -> str | None:
+    """The name of the checkpoint folder ``temporary`` was written for; ``None`` if not ours.
+
+    ``.<final>.<token>.accelkw-tmp``, or ``.<final>.accelkw-tmp`` as accelkw 0.2 named them.
+    """
+    name = temporary.name
+    if not (name.startswith(".") and name.endswith(TMP_SUFFIX)):
+        return None
+    stem = name[1 : -len(TMP_SUFFIX)]
+    final, dot, token = stem.rpartition(".")
+    if dot and final and token and "-" in token and token.replace("-", "").isalnum():
+        return final
+    return stem or None
+
+
+def temporaries_of(final: Path) -> list[Path]:
+    """The temporary folders of every save of ``final`` that never committed (oldest first)."""
+    parent = final.parent
+    if not parent.is_dir():
+        return []
+    found = [p for p in parent.iterdir() if owner_of(p) == final.name and _is_folder(p)]
+    return sorted(found, key=lambda p: p.stat().st_mtime)
+
+
+def _is_folder(path: Path) -> bool:
+    return path.is_dir() and not path.is_symlink()
+
+
+def open_new(path: Path) -> BinaryIO:
+    """Open ``path`` to write a file of a checkpoint (every file of a save is opened here)."""
+    return open(path, "wb")
+
+
+def write_error(path: Path, exc: BaseException, doing: str = "written") -> CheckpointError:
+    """The one-line error for a failed write of ``path`` (a full disk says so in words)."""
+    if isinstance(exc, CheckpointError):
+        return exc
+    if isinstance(exc, OSError) and exc.errno in (errno.ENOSPC, errno.EDQUOT):
+        what = "no space left on the device" if exc.errno == errno.ENOSPC else "disk quota exceeded"
+        return CheckpointError(path, f"cannot be {doing}: {what}")
+    text = str(exc).strip().splitlines()
+    detail = f"{type(exc).__name__}: {text[0]}" if text else type(exc).__name__
+    return CheckpointError(path, f"cannot be {doing} ({detail})")
 
 
 def aside_of(final: Path) -> Path:
@@ -86,10 +143,13 @@ def fsync_dir(path: Path) -> None:
 def write_durably(path: Path, data: bytes | memoryview) -> FileEntry:
     """Write ``data`` to ``path``, flushed and fsynced; returns what the manifest records."""
     view = memoryview(data).cast("B")
-    with open(path, "wb") as fh:
-        fh.write(view)
-        fh.flush()
-        os.fsync(fh.fileno())
+    try:
+        with open_new(path) as fh:
+            fh.write(view)
+            fh.flush()
+            os.fsync(fh.fileno())
+    except OSError as exc:
+        raise write_error(path, exc) from None
     return FileEntry(len(view), checksum(view))
 
 
@@ -104,46 +164,23 @@ def mapped(path: Path) -> Iterator[mmap.mmap | bytes]:
             yield view
 
 
-class EagerFile:
-    """A file being written whose bytes the disk starts taking before the writer is done.
-
-    Every ``step`` bytes, ``fdatasync`` runs on ``sync`` (a one-thread executor) while the
-    writer goes on, so the final fsync waits for the tail only. ``torch.save`` writes to it as
-    to any file object.
-    """
-
-    def __init__(self, fh: BinaryIO, sync: Executor, step: int = 32 * 2**20) -> None:
-        self._fh = fh
-        self._sync = sync
-        self._step = step
-        self._unsynced = 0
-        self._flushing: Future[None] | None = None
-
-    def write(self, data: bytes | memoryview) -> int:
-        written = self._fh.write(data)
-        self._unsynced += written
-        if self._unsynced >= self._step and (self._flushing is None or self._flushing.done()):
-            self._fh.flush()
-            self._flushing = self._sync.submit(os.fdatasync, self._fh.fileno())
-            self._unsynced = 0
-        return written
-
-    def flush(self) -> None:
-        self._fh.flush()
-
-    def close(self) -> None:
-        """Wait for a data sync still running; the caller closes the file and fsyncs it."""
-        self._fh.flush()
-        if self._flushing is not None:
-            self._flushing.result()
-
-
 def entry_of(path: Path) -> FileEntry:
-    """Size and hash of a file a library wrote itself (``torch.save``, safetensors), fsynced."""
-    with open(path, "rb+") as fh:
-        os.fsync(fh.fileno())
-    with mapped(path) as view:
-        return FileEntry(len(view), checksum(view))
+    """Size and hash of a written file, fsynced (its data on the disk before the commit)."""
+    try:
+        with open(path, "rb+") as fh:
+            os.fsync(fh.fileno())
+        with mapped(path) as view:
+            return FileEntry(len(view), checksum(view))
+    except OSError as exc:
+        raise write_error(path, exc) from None
+
+
+def fsync_tree(root: Path) -> None:
+    """Fsync every folder under ``root``, deepest first, then ``root``: the names of its files
+    and sub-folders (a library's, DCP's) are on the disk before the commit names it."""
+    folders = [Path(dirpath) for dirpath, _, _ in os.walk(root)]
+    for folder in sorted(folders, key=lambda p: len(p.parts), reverse=True):
+        fsync_dir(folder)
 
 
 def _exchange(a: Path, b: Path) -> bool:
@@ -172,13 +209,14 @@ def _exchange(a: Path, b: Path) -> bool:
 def commit_folder(temporary: Path, final: Path) -> None:
     """Move the complete ``temporary`` folder to ``final``, replacing a previous ``final``.
 
-    The previous folder is removed only once the new one holds the name.
+    The previous folder is removed only once the new one holds the name; a removal that fails
+    then leaves it under a temporary name (the next save sweeps it), as the commit is done.
     """
-    fsync_dir(temporary)
+    fsync_tree(temporary)
     if final.exists():
         if _exchange(temporary, final):
             fsync_dir(final.parent)
-            shutil.rmtree(temporary)
+            _remove_quietly(temporary)  # now the previous checkpoint
         else:
             aside = aside_of(final)
             if aside.exists():
@@ -186,10 +224,15 @@ def commit_folder(temporary: Path, final: Path) -> None:
             os.rename(final, aside)
             os.rename(temporary, final)
             fsync_dir(final.parent)
-            shutil.rmtree(aside)
+            _remove_quietly(aside)
     else:
         os.rename(temporary, final)
     fsync_dir(final.parent)
+
+
+def _remove_quietly(path: Path) -> None:
+    with contextlib.suppress(OSError):
+        shutil.rmtree(path)
 
 
 def recover(final: Path, is_complete: Callable[[Path], bool]) -> str | None:
@@ -203,9 +246,9 @@ def recover(final: Path, is_complete: Callable[[Path], bool]) -> str | None:
             shutil.rmtree(aside)  # the commit had finished; only the removal was cut short
             return f"removed {aside.name}, left by a commit that had completed"
         return None
-    temporary = temporary_of(final)
-    if temporary.is_dir() and is_complete(temporary):
-        os.rename(temporary, final)
+    complete = [t for t in temporaries_of(final) if is_complete(t)]
+    if complete:
+        os.rename(complete[-1], final)
         fsync_dir(final.parent)
         shutil.rmtree(aside)
         return f"completed the interrupted commit of {final.name}"
@@ -215,12 +258,14 @@ def recover(final: Path, is_complete: Callable[[Path], bool]) -> str | None:
 
 
 def stale_temporaries(parent: Path) -> list[Path]:
-    """Temporary folders left in ``parent`` by saves that never committed."""
+    """Temporary folders in ``parent`` (folders only, never files or links), by name.
+
+    Which of them are stale is the caller's question: one whose save still holds its folder's
+    lock is live (:mod:`accelkw_core.runtime.checkpoints.lock`).
+    """
     if not parent.is_dir():
         return []
-    return sorted(
-        p for p in parent.iterdir() if p.name.startswith(".") and p.name.endswith(TMP_SUFFIX)
-    )
+    return sorted(p for p in parent.iterdir() if owner_of(p) is not None and _is_folder(p))
 
 
 def remove_tree(path: Path) -> None:

@@ -1,0 +1,33 @@
+"""Checkpoints: ``save_state``/``load_state``'s files, their protocol and their guarantees.
+
+One job per module: :mod:`.layout` (the files and their names), :mod:`.durable` (files and
+folders fsynced and committed by rename), :mod:`.lock` (one writer per folder),
+:mod:`.manifest` (what a folder holds), :mod:`.files` (the writer and reader contributions use),
+:mod:`.agreement` (the processes agreeing on each stage), :mod:`.random_states` (each process's
+generators and loaders' positions), :mod:`.save` and :mod:`.load` (the two protocols),
+:mod:`.project` (``ProjectConfiguration`` and automatic naming) and :mod:`.pretrained`
+(``save_model``'s files).
+"""
+
+from accelkw_core.errors import CheckpointLockedError
+from accelkw_core.runtime.checkpoints.files import CheckpointReader, CheckpointWriter
+from accelkw_core.runtime.checkpoints.layout import Checkpointed
+from accelkw_core.runtime.checkpoints.load import load_checkpoint
+from accelkw_core.runtime.checkpoints.lock import WriterLock
+from accelkw_core.runtime.checkpoints.manifest import MANIFEST, Manifest, read_manifest
+from accelkw_core.runtime.checkpoints.project import ProjectConfiguration
+from accelkw_core.runtime.checkpoints.save import save_checkpoint
+
+__all__ = [
+    "MANIFEST",
+    "CheckpointLockedError",
+    "CheckpointReader",
+    "CheckpointWriter",
+    "Checkpointed",
+    "Manifest",
+    "ProjectConfiguration",
+    "WriterLock",
+    "load_checkpoint",
+    "read_manifest",
+    "save_checkpoint",
+]

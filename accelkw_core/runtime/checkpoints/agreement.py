@@ -1,0 +1,66 @@
+"""How the processes of a run agree on each stage of a save or a load.
+
+Each stage ends with every process telling the others whether it succeeded (one gather, never a
+barrier a failed process would skip): a failure on any process makes every process raise, at
+once, rather than the others waiting for the process group's timeout. Without a process group
+these are plain local checks.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+from accelkw_core.errors import CheckpointError
+
+if TYPE_CHECKING:
+    from accelkw_core.runtime.state import AcceleratorState
+
+__all__ = ["agree", "barrier", "exchange", "failures", "node_of", "raise_agreed"]
+
+
+def _grouped(state: AcceleratorState) -> bool:
+    from accelkw_core.runtime import collectives as ops
+
+    return state.distributed and ops.has_group()
+
+
+def exchange(state: AcceleratorState, value: Any) -> list[Any]:
+    """Every process's ``value``, in rank order (``[value]`` without a process group)."""
+    from accelkw_core.runtime import collectives as ops
+
+    if not _grouped(state):
+        return [value]
+    return list(ops.gather_objects([value], state))
+
+
+def failures(state: AcceleratorState, error: BaseException | None) -> list[tuple[int, str]]:
+    """``(rank, message)`` of every process that failed; every process gets the same list."""
+    report = None if error is None else (state.rank, str(error))
+    return [r for r in exchange(state, report) if r is not None]
+
+
+def raise_agreed(error: BaseException | None, failed: list[tuple[int, str]]) -> None:
+    """Raise this process's own error, else the first other process's, else nothing."""
+    if error is not None:
+        raise error
+    if failed:
+        rank, message = failed[0]
+        raise CheckpointError(f"(process {rank})", f"failed: {message}")
+
+
+def agree(state: AcceleratorState, error: BaseException | None) -> None:
+    """Raise on every process if any failed: the process's own error, else the first one's."""
+    raise_agreed(error, failures(state, error))
+
+
+def barrier(state: AcceleratorState) -> None:
+    """Wait for every process (nothing to wait for without a process group)."""
+    from accelkw_core.runtime import collectives as ops
+
+    if _grouped(state):
+        ops.barrier(state)
+
+
+def node_of(state: AcceleratorState) -> int:
+    """The first rank of this process's machine (torchrun numbers a machine's ranks in a row)."""
+    return state.rank - state.local_rank

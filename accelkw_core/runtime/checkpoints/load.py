@@ -1,0 +1,484 @@
+"""``load_state``'s protocol: every object changes, or none does.
+
+Every process reads and checks everything it will apply (sizes and XXH3 hashes against the
+manifest; keys and shapes against the objects) before it changes anything, and the processes
+agree. Then each object's state is applied in turn, after keeping what it needs to go back (its
+state dict, the random states); if any object refuses its state, every object already changed is
+restored and one :class:`~accelkw_core.errors.CheckpointError` names the object and the reason.
+The processes agree on the apply too: when one fails, the others restore theirs and raise.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import copy
+import functools
+import warnings
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from accelkw_core.errors import (
+    CheckpointError,
+    CheckpointLockedError,
+    CheckpointNotFoundError,
+    CheckpointWarning,
+)
+from accelkw_core.runtime.checkpoints.agreement import agree, failures
+from accelkw_core.runtime.checkpoints.files import CheckpointReader
+from accelkw_core.runtime.checkpoints.layout import MODEL, SAFE_MODEL, Checkpointed, numbered
+from accelkw_core.runtime.checkpoints.lock import WriterLock
+from accelkw_core.runtime.checkpoints.manifest import read_manifest
+from accelkw_core.runtime.checkpoints.random_states import random_states, set_random_states
+from accelkw_core.runtime.checkpoints.save import recover_commit
+from accelkw_core.runtime.contributions import ApplyLoaded, CheckpointOwner, StartsFresh
+from accelkw_core.runtime.points import CHECKPOINT, MODEL_CHECKPOINT, MODEL_STATE
+
+if TYPE_CHECKING:
+    from accelkw_core.runtime.state import AcceleratorState
+
+__all__ = ["MODULE_PREFIX", "load_checkpoint"]
+
+#: What ``DistributedDataParallel`` puts before every key of its state dict; accelkw 0.2 saved it.
+MODULE_PREFIX = "module."
+
+Restore = Callable[[], None]
+
+
+@dataclass
+class _Step:
+    """One object's part of the apply: what it is, how to apply, how to keep a way back."""
+
+    label: str
+    apply: ApplyLoaded
+    keep: Callable[[], Restore] | None
+    #: Weights checked against the model's keys and shapes: copied into it in place, which
+    #: cannot refuse them, so they are applied last, once the processes agreed on the rest,
+    #: and no copy of the model is kept for them (it would cost as much as the load).
+    checked: bool = False
+
+
+def _bind(fn: Callable[..., Any], *args: Any, **kwargs: Any) -> ApplyLoaded:
+    def apply() -> None:
+        fn(*args, **kwargs)
+
+    return apply
+
+
+def _kept_copy(obj: Any) -> Callable[[], Restore]:
+    """Keep a deep copy of ``obj.state_dict()``; restoring loads it back."""
+
+    def keep() -> Restore:
+        saved = copy.deepcopy(obj.state_dict())
+        return _bind(obj.load_state_dict, saved)
+
+    return keep
+
+
+def _kept_weights(
+    load: Callable[[dict[str, Any]], Any], read: Callable[[], Any]
+) -> Callable[[], Restore]:
+    """Keep a copy of a model's tensors: its ``load_state_dict`` copies into them in place."""
+
+    def keep() -> Restore:
+        saved = {k: v.detach().clone() for k, v in read().items()}
+        return _bind(load, saved)
+
+    return keep
+
+
+def _kept_optimizer(optimizer: Any) -> Callable[[], Restore]:
+    def keep() -> Restore:
+        # No copy: an optimizer's load_state_dict builds a new state and never writes into the
+        # tensors of the one it replaces, so these stay as they are until restored.
+        return _bind(optimizer.load_state_dict, optimizer.state_dict())
+
+    return keep
+
+
+def _kept_stateful(obj: Any) -> Callable[[], Restore] | None:
+    if callable(getattr(obj, "state_dict", None)) and callable(
+        getattr(obj, "load_state_dict", None)
+    ):
+        return _kept_copy(obj)
+    return None
+
+
+def _check_weights(path: Path, model: Any, weights: dict[str, Any], strict: bool) -> None:
+    current = model.state_dict()
+    if strict:
+        missing = sorted(set(current) - set(weights))
+        unexpected = sorted(set(weights) - set(current))
+        if missing or unexpected:
+            parts = []
+            if missing:
+                parts.append(
+                    "lacks " + ", ".join(missing[:3]) + (" ..." if len(missing) > 3 else "")
+                )
+            if unexpected:
+                parts.append(
+                    "has unexpected "
+                    + ", ".join(unexpected[:3])
+                    + (" ..." if len(unexpected) > 3 else "")
+                )
+            raise CheckpointError(
+                path, f"does not fit the model ({type(model).__name__}): " + "; ".join(parts)
+            )
+    for key, value in weights.items():
+        have = current.get(key)
+        shape = getattr(value, "shape", None)
+        if have is not None and shape is not None and tuple(have.shape) != tuple(shape):
+            raise CheckpointError(
+                path,
+                f"does not fit the model: {key} has shape {tuple(shape)}, "
+                f"the model's is {tuple(have.shape)}",
+            )
+
+
+def _without_wrapper_prefix(
+    weights: dict[str, Any], model: Any, name: str, notes: list[str]
+) -> dict[str, Any]:
+    """Accept the ``module.``-prefixed weights accelkw 0.2 saved on several processes."""
+    if not weights or not all(k.startswith(MODULE_PREFIX) for k in weights):
+        return weights
+    if any(k.startswith(MODULE_PREFIX) for k in model.state_dict()):
+        return weights
+    notes.append(
+        f"{name} carries the DistributedDataParallel wrapper's key names (module.*), as "
+        "accelkw 0.2 saved them: loaded without the prefix; a new save_state writes "
+        "Accelerate's names"
+    )
+    return {k[len(MODULE_PREFIX) :]: v for k, v in weights.items()}
+
+
+def _check_optimizer(path: Path, optimizer: Any, saved: Any) -> None:
+    groups = saved.get("param_groups") if isinstance(saved, dict) else None
+    if groups is None or "state" not in saved:
+        raise CheckpointError(path, "is not an optimizer state_dict")
+    ours = optimizer.state_dict()["param_groups"]
+    sizes = [len(g["params"]) for g in groups]
+    mine = [len(g["params"]) for g in ours]
+    if sizes != mine:
+        raise CheckpointError(
+            path,
+            f"does not fit the optimizer: parameter groups of sizes {sizes}, "
+            f"the optimizer's are {mine}",
+        )
+
+
+def _read_model(reader: CheckpointReader, index: int) -> tuple[str, dict[str, Any]]:
+    safe, plain = numbered(SAFE_MODEL, index), numbered(MODEL, index)
+    if reader.has(safe):
+        return safe, reader.load_tensors(safe)
+    if reader.has(plain):
+        return plain, dict(reader.load(plain))
+    raise CheckpointError(reader.folder / safe, f"is missing (and so is {plain})")
+
+
+class _Read:
+    """What reading a checkpoint found: the steps that apply it, warnings, the step, and the
+    contributions whose state it lacks."""
+
+    def __init__(self) -> None:
+        self.steps: list[_Step] = []
+        self.notes: list[str] = []
+        self.step: int | None = None
+        self.absent: list[Any] = []
+
+
+def _read_models(
+    reader: CheckpointReader,
+    state: AcceleratorState,
+    what: Checkpointed,
+    load_kwargs: dict[str, Any],
+    model_kwargs: dict[str, Any],
+    read: _Read,
+) -> None:
+    store = state.values(MODEL_CHECKPOINT)
+    if store:
+        models, optimizers = what.models, what.optimizers
+
+        def keep_store() -> Restore:
+            undo = [_kept_weights(m.load_state_dict, m.state_dict)() for m in models]
+            undo += [_kept_optimizer(o)() for o in optimizers]
+
+            def restore() -> None:
+                for one in undo:
+                    one()
+
+            return restore
+
+        read.steps.append(
+            _Step(
+                "the models and optimizers",
+                store[0].read_checkpoint(reader, models, optimizers),
+                keep_store,
+            )
+        )
+        return
+    contributed = state.values(MODEL_STATE)
+    strict = bool(model_kwargs.get("strict", True))
+    for i, (model, unwrapped) in enumerate(zip(what.models, what.unwrapped, strict=True)):
+        name, weights = _read_model(reader, i)
+        label = f"model {i} ({type(unwrapped).__name__})"
+        if contributed:
+            owner = contributed[0]
+            read.steps.append(
+                _Step(
+                    label,
+                    _bind(owner.load_state_dict, model, weights),
+                    _kept_weights(
+                        functools.partial(owner.load_state_dict, model),
+                        functools.partial(owner.state_dict, model),
+                    ),
+                )
+            )
+            continue
+        weights = _without_wrapper_prefix(weights, unwrapped, name, read.notes)
+        _check_weights(reader.folder / name, unwrapped, weights, strict)
+        read.steps.append(
+            _Step(label, _bind(unwrapped.load_state_dict, weights, **model_kwargs), None, True)
+        )
+    for i, optimizer in enumerate(what.optimizers):
+        name = numbered("optimizer.bin", i)
+        saved = reader.load(name, **load_kwargs)
+        _check_optimizer(reader.folder / name, optimizer, saved)
+        read.steps.append(
+            _Step(
+                f"optimizer {i}",
+                _bind(optimizer.load_state_dict, saved),
+                _kept_optimizer(optimizer),
+            )
+        )
+
+
+def _read_all(
+    reader: CheckpointReader,
+    state: AcceleratorState,
+    what: Checkpointed,
+    load_kwargs: dict[str, Any],
+    model_kwargs: dict[str, Any],
+) -> _Read:
+    """Read and check everything; nothing is changed."""
+    read = _Read()
+    _read_models(reader, state, what, load_kwargs, model_kwargs, read)
+    for i, scheduler in enumerate(what.schedulers):
+        saved = reader.load(numbered("scheduler.bin", i), **load_kwargs)
+        read.steps.append(
+            _Step(
+                f"scheduler {i} ({type(getattr(scheduler, 'scheduler', scheduler)).__name__})",
+                _bind(scheduler.load_state_dict, saved),
+                _kept_copy(scheduler),
+            )
+        )
+    for i, obj in enumerate(what.custom):
+        saved = reader.load(f"custom_checkpoint_{i}.pkl", **load_kwargs)
+        read.steps.append(
+            _Step(
+                f"registered object {i} ({type(obj).__name__})",
+                _bind(obj.load_state_dict, saved),
+                _kept_copy(obj),
+            )
+        )
+    saved_handlers = set(reader.manifest.handlers) if reader.manifest is not None else None
+    keyed = state.keyed(CHECKPOINT)
+    owners: list[_Step] = []
+    for key, obj in keyed.items():
+        found: ApplyLoaded | None = None
+        if isinstance(obj, CheckpointOwner):
+            found = obj.read_checkpoint(reader)
+        elif reader.has(f"{key}.pt"):
+            found = _bind(obj.load_state_dict, reader.load(f"{key}.pt", **load_kwargs))
+        if found is None:
+            read.notes.append(
+                f"handler {key!r} has no state in this checkpoint (it was added since the save): "
+                "it starts fresh"
+            )
+            read.absent.append(obj)
+            continue
+        step = _Step(f"handler {key!r}", found, _kept_stateful(obj))
+        # An owner without a state dict cannot be restored by the runtime: it is applied
+        # after every object that can, so that only it is left to undo its own part.
+        (owners if step.keep is None else read.steps).append(step)
+    read.steps += owners
+    if saved_handlers is not None:
+        for key in sorted(saved_handlers - set(keyed)):
+            read.notes.append(
+                f"the checkpoint holds state of handler {key!r}, which is not in this run: "
+                "left alone"
+            )
+    _read_random_states(reader, state, what, read)
+    return read
+
+
+def _read_random_states(
+    reader: CheckpointReader, state: AcceleratorState, what: Checkpointed, read: _Read
+) -> None:
+    name = f"random_states_{state.rank}.pkl"
+    if reader.manifest is not None and name in reader.manifest.files:
+        states = reader.load(name)
+    else:
+        try:
+            states = reader.load(name)
+        except CheckpointError as exc:
+            states = None
+            read.notes.append(
+                f"could not restore the random states ({exc}); the run continues with the "
+                "current ones"
+            )
+    if states is None:
+        return
+    loaders, step = what.data_loaders, what.step
+
+    def keep() -> Restore:
+        return _bind(set_random_states, random_states(loaders, step), loaders)
+
+    read.steps.append(_Step("the random states", _bind(set_random_states, states, loaders), keep))
+    read.step = int(states.get("step", 0))
+
+
+def _first_line(exc: BaseException) -> str:
+    text = str(exc).strip()
+    line = text.splitlines()[0] if text else ""
+    return f"{type(exc).__name__}: {line}" if line else type(exc).__name__
+
+
+def _apply(
+    steps: list[_Step], folder: Path
+) -> tuple[list[Restore], Restore | None, BaseException | None]:
+    """Apply each step, keeping its way back first; stops at the first that raises.
+
+    Returns the ways back of the steps applied, that of the step that raised (its object may
+    be half changed), and the error.
+    """
+    undo: list[Restore] = []
+    for step in steps:
+        back: Restore | None = None
+        try:
+            if step.keep is not None:
+                back = step.keep()
+            step.apply()
+        except Exception as exc:
+            return (
+                undo,
+                back,
+                CheckpointError(
+                    folder,
+                    f"could not be loaded into {step.label} ({_first_line(exc)}); every object "
+                    "the load had changed was restored",
+                ),
+            )
+        if back is not None:
+            undo.append(back)
+    return undo, None, None
+
+
+def _restore(undo: list[Restore], refused: Restore | None, folder: Path) -> CheckpointError | None:
+    """Undo every applied step, last first; what went wrong doing it, or ``None``.
+
+    The object that refused its state is given its old one back too, on a best-effort basis:
+    the same ``load_state_dict`` may refuse that as well, when it changed nothing.
+    """
+    if refused is not None:
+        with contextlib.suppress(Exception):
+            refused()
+    problems = []
+    for restore in reversed(undo):
+        try:
+            restore()
+        except Exception as exc:
+            problems.append(_first_line(exc))
+    if problems:
+        return CheckpointError(
+            folder, f"could not be loaded, and restoring the objects failed too ({problems[0]})"
+        )
+    return None
+
+
+def _recover_if_missing(state: AcceleratorState, folder: Path) -> BaseException | None:
+    """A commit cut short between its renames leaves no folder under the name: finish it."""
+    if not state.is_main_process or folder.exists():
+        return None
+    lock = WriterLock(folder)
+    try:
+        lock.acquire()
+    except CheckpointLockedError:
+        return None  # a save is on its way: it recovers the folder itself
+    except OSError:
+        return None  # no lock to be had in a read-only place: nothing to recover there
+    try:
+        recover_commit(folder)
+    except OSError as exc:
+        return exc
+    finally:
+        lock.release()
+    return None
+
+
+def load_checkpoint(
+    state: AcceleratorState,
+    folder: Path,
+    what: Checkpointed,
+    *,
+    load_kwargs: dict[str, Any] | None = None,
+    model_kwargs: dict[str, Any] | None = None,
+) -> int | None:
+    """Check the checkpoint in ``folder`` whole, then load it into the objects of ``what``.
+
+    Returns the saved ``step``, or ``None`` when this process's random states were not in an
+    Accelerate checkpoint (a warning says so). Raises :class:`CheckpointError`, having changed
+    nothing, when any process finds a file missing, short or damaged or not fitting its object,
+    or when any object refuses its state.
+    """
+    error = _recover_if_missing(state, folder)
+    agree(state, error)
+    manifest = None
+    try:
+        if not folder.is_dir():
+            raise CheckpointNotFoundError(folder, "does not exist (no checkpoint folder there)")
+        manifest = read_manifest(folder)
+        if manifest is not None:
+            missing = manifest.missing(folder)
+            if missing:
+                raise CheckpointError(folder / missing[0], "is missing")
+    except BaseException as exc:
+        error = exc
+    # Agreed before any contribution reads: one that runs collectives (DCP) must find every
+    # process there, not one that already gave up.
+    agree(state, error)
+    if manifest is None and state.is_main_process:
+        warnings.warn(
+            f"load_state: {folder} has no manifest (written by Accelerate, or its manifest was "
+            "deleted): its files cannot be verified, only read",
+            CheckpointWarning,
+            stacklevel=3,
+        )
+    read = _Read()
+    try:
+        reader = CheckpointReader(folder, manifest, state)
+        read = _read_all(reader, state, what, dict(load_kwargs or {}), dict(model_kwargs or {}))
+    except BaseException as exc:
+        error = exc
+    agree(state, error)
+    undo: list[Restore] = []
+    for stage in ([s for s in read.steps if not s.checked], [s for s in read.steps if s.checked]):
+        done, refused, error = _apply(stage, folder)
+        undo += done
+        if error is not None:
+            error = _restore(undo, refused, folder) or error
+        # Every process gets here, whatever happened: each stage is agreed like the reads.
+        failed = failures(state, error)
+        if failed and error is None:
+            # Another process could not apply its part: this one goes back too.
+            _restore(undo, None, folder)
+            rank, message = failed[0]
+            raise CheckpointError(f"(process {rank})", f"failed: {message}")
+        if error is not None:
+            raise error
+    for note in read.notes:
+        warnings.warn(f"load_state: {note}", CheckpointWarning, stacklevel=3)
+    for obj in read.absent:
+        if isinstance(obj, StartsFresh):
+            obj.checkpoint_loaded_without_state()
+    return read.step

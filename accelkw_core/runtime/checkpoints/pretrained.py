@@ -1,0 +1,90 @@
+"""``save_model``'s files: a model's unwrapped weights for ``from_pretrained``-style loading.
+
+``model.safetensors`` (``pytorch_model.bin`` with ``safe_serialization=False``), split into
+``model-00001-of-0000N.safetensors`` shards with an index above ``max_shard_size``, as Accelerate
+writes them. Each file is written under a temporary name, fsynced, and renamed into place.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+from pathlib import Path
+from typing import Any
+
+from accelkw_core.runtime.checkpoints import durable
+from accelkw_core.runtime.checkpoints.layout import MODEL, SAFE_MODEL
+
+__all__ = ["save_pretrained"]
+
+_SHARD = re.compile(r".*-\d{5}-of-\d{5}\.(bin|safetensors)")
+
+
+def save_pretrained(
+    weights: dict[str, Any], folder: Path, *, max_shard_size: int | str, safe_serialization: bool
+) -> None:
+    """Write ``weights`` into ``folder`` (made if needed), replacing a previous save's files."""
+    from huggingface_hub import split_torch_state_dict_into_shards
+
+    folder.mkdir(parents=True, exist_ok=True)
+    if safe_serialization:
+        weights = _without_aliases(weights)
+    name = SAFE_MODEL if safe_serialization else MODEL
+    stem, suffix = name.rsplit(".", 1)
+    split = split_torch_state_dict_into_shards(
+        weights,
+        filename_pattern=stem + "{suffix}." + suffix,
+        max_shard_size=max_shard_size,
+    )
+    for filename, keys in split.filename_to_tensors.items():
+        _replace_file(folder / filename, {k: weights[k] for k in keys}, safe_serialization)
+    for stale in folder.iterdir():
+        if (
+            stale.name.startswith(stem)
+            and _SHARD.fullmatch(stale.name)
+            and stale.name not in split.filename_to_tensors
+        ):
+            stale.unlink()
+    if split.is_sharded:
+        index = {"metadata": split.metadata, "weight_map": split.tensor_to_filename}
+        text = json.dumps(index, indent=2, sort_keys=True) + "\n"
+        _replace_bytes(folder / (name + ".index.json"), text.encode())
+
+
+def _without_aliases(weights: dict[str, Any]) -> dict[str, Any]:
+    """Keep the first of tensors sharing storage (tied weights), as safetensors requires."""
+    seen: set[tuple[Any, int]] = set()
+    out: dict[str, Any] = {}
+    for key, tensor in weights.items():
+        ident = (tensor.device, tensor.untyped_storage().data_ptr())
+        if ident in seen:
+            continue
+        seen.add(ident)
+        out[key] = tensor
+    return out
+
+
+def _replace_bytes(path: Path, data: bytes | memoryview) -> None:
+    temporary = path.with_name(f".{path.name}{durable.TMP_SUFFIX}")
+    durable.write_durably(temporary, data)
+    os.replace(temporary, path)
+    durable.fsync_dir(path.parent)
+
+
+def _replace_file(path: Path, tensors: dict[str, Any], safe: bool) -> None:
+    import io
+
+    import torch
+
+    if safe:
+        from safetensors.torch import save
+
+        data: bytes | memoryview = save(
+            {k: v.detach().contiguous() for k, v in tensors.items()}, metadata={"format": "pt"}
+        )
+    else:
+        buffer = io.BytesIO()
+        torch.save(tensors, buffer)
+        data = buffer.getbuffer()
+    _replace_bytes(path, data)

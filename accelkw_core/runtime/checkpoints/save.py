@@ -1,0 +1,302 @@
+"""``save_state``'s protocol: a checkpoint folder appears whole or not at all.
+
+The process that commits (the main one; each machine's first with ``save_on_each_node``) takes
+the folder's writer lock (:mod:`~accelkw_core.runtime.checkpoints.lock`), follows a link to the
+folder it names, checks that the folder can be replaced, finishes or undoes a commit a crash
+cut short, removes the temporaries of saves whose process is gone, and makes a temporary folder
+of a name unique to this save. Every process writes its files there (written, then synced);
+the processes agree that every write succeeded; the committing process writes the manifest and
+moves the folder into place (:mod:`~accelkw_core.runtime.checkpoints.durable`), and the
+processes agree on that too. A failure at any stage, on any process, is raised by every process
+at once, the temporary folder is removed and the previous checkpoint is left as it was.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Sequence
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from accelkw_core.errors import CheckpointError
+from accelkw_core.runtime.checkpoints import durable
+from accelkw_core.runtime.checkpoints.agreement import (
+    agree,
+    exchange,
+    failures,
+    node_of,
+    raise_agreed,
+)
+from accelkw_core.runtime.checkpoints.files import CheckpointWriter
+from accelkw_core.runtime.checkpoints.layout import (
+    MODEL,
+    SAFE_MODEL,
+    Checkpointed,
+    foreign_files,
+    numbered,
+)
+from accelkw_core.runtime.checkpoints.lock import WriterLock, is_held
+from accelkw_core.runtime.checkpoints.manifest import Manifest
+from accelkw_core.runtime.checkpoints.project import is_complete
+from accelkw_core.runtime.checkpoints.random_states import random_states
+from accelkw_core.runtime.contributions import CheckpointOwner
+from accelkw_core.runtime.points import CHECKPOINT, MODEL_CHECKPOINT, MODEL_STATE
+
+if TYPE_CHECKING:
+    from accelkw_core.runtime.state import AcceleratorState
+
+__all__ = ["model_state_dict", "recover_commit", "save_checkpoint", "target_of"]
+
+
+def model_state_dict(state: AcceleratorState, model: Any, unwrapped: Any) -> dict[str, Any]:
+    """``model``'s weights through the ``model_state`` contribution, else ``unwrapped.state_dict()``."""
+    contributed = state.values(MODEL_STATE)
+    if contributed:
+        return dict(contributed[0].state_dict(model))
+    return dict(unwrapped.state_dict())
+
+
+def _committer(state: AcceleratorState, on_each_node: bool) -> bool:
+    return state.local_rank == 0 if on_each_node else state.is_main_process
+
+
+def _written(folder: Path) -> bool:
+    """Whether a temporary folder of ours was written whole (its manifest checks out)."""
+    return is_complete(folder, manifest_required=True)
+
+
+def recover_commit(folder: Path) -> str | None:
+    """Finish or undo a commit of ``folder`` a crash cut short; what it did, or ``None``."""
+    return durable.recover(folder, _written)
+
+
+def target_of(folder: Path) -> Path:
+    """The folder a save of ``folder`` writes: the one a link names, never the link itself.
+
+    A link is left as it is (a run's ``ckpt -> /scratch/ckpt`` keeps pointing there); the new
+    checkpoint replaces the folder it points to, beside which its temporary folder is made.
+    """
+    if folder.is_symlink():
+        return Path(os.path.realpath(folder))
+    return folder
+
+
+def _check_replaceable(folder: Path) -> None:
+    """Refuse, before anything is written, a folder this process could not replace."""
+    parent = folder.parent
+    if not os.access(parent, os.W_OK | os.X_OK, effective_ids=True):
+        raise CheckpointError(
+            parent,
+            "is not writable by this process: save_state writes a new folder beside "
+            f"{folder.name} and renames it into place; nothing was written",
+        )
+    if not folder.exists():
+        return
+    for dirpath, _, _ in os.walk(folder):
+        if not os.access(dirpath, os.W_OK | os.X_OK, effective_ids=True):
+            raise CheckpointError(
+                folder,
+                f"cannot be replaced: {dirpath} is not writable by this process, so the "
+                "previous checkpoint could not be removed; nothing was written",
+            )
+
+
+def _sweep(folder: Path) -> list[str]:
+    """Remove the temporaries of saves that died; a live save's (its lock held) is left alone."""
+    notes = []
+    for stale in durable.stale_temporaries(folder.parent):
+        owner = durable.owner_of(stale)
+        # Ours are stale: this process holds our lock and has not made its temporary yet.
+        if owner is None or (owner != folder.name and is_held(folder.with_name(owner))):
+            continue
+        durable.remove_tree(stale)
+        notes.append(f"removed {stale.name}, left by a save that was interrupted")
+    return notes
+
+
+def _prepare_target(folder: Path) -> list[str]:
+    """Make ``folder``'s name ready for a new checkpoint; what it found, for warnings."""
+    notes = []
+    if folder.exists() and not folder.is_dir():
+        raise CheckpointError(folder, "is a file, not a folder: save_state writes a folder")
+    try:
+        folder.parent.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise durable.write_error(folder.parent, exc, "created") from None
+    _check_replaceable(folder)
+    recovered = recover_commit(folder)
+    if recovered:
+        notes.append(recovered)
+    notes += _sweep(folder)
+    if folder.is_dir():
+        foreign = foreign_files(folder)
+        if foreign:
+            raise CheckpointError(
+                folder,
+                "holds files that are not part of a checkpoint ("
+                + ", ".join(foreign[:3])
+                + (", ..." if len(foreign) > 3 else "")
+                + "); save_state replaces the whole folder, so give it a folder of its own",
+            )
+    return notes
+
+
+def _write_states(
+    writer: CheckpointWriter,
+    state: AcceleratorState,
+    what: Checkpointed,
+    weights: Sequence[dict[str, Any]],
+    *,
+    safe: bool,
+    shared: bool,
+) -> list[str]:
+    """Write this process's part of the checkpoint; returns the handler keys saved."""
+    keyed = state.keyed(CHECKPOINT)
+    store = state.values(MODEL_CHECKPOINT)
+    if store:
+        store[0].save_checkpoint(writer, what.models, what.optimizers)
+    if shared:
+        if not store:
+            # The optimizers first: their state is the largest, and is written on a thread
+            # while the rest is.
+            for i, optimizer in enumerate(what.optimizers):
+                writer.save(numbered("optimizer.bin", i), optimizer.state_dict())
+            for i, model_weights in enumerate(weights):
+                if safe:
+                    writer.save_tensors(numbered(SAFE_MODEL, i), model_weights)
+                else:
+                    writer.save(numbered(MODEL, i), model_weights)
+        for i, scheduler in enumerate(what.schedulers):
+            writer.save(
+                numbered("scheduler.bin", i), scheduler.state_dict(), owner=f"scheduler {i}"
+            )
+        for i, obj in enumerate(what.custom):
+            writer.save(
+                f"custom_checkpoint_{i}.pkl",
+                obj.state_dict(),
+                owner=f"registered object {i} ({type(obj).__name__})",
+            )
+    for key, obj in keyed.items():
+        if isinstance(obj, CheckpointOwner):
+            obj.save_checkpoint(writer)
+        elif shared:
+            writer.save(f"{key}.pt", obj.state_dict(), owner=f"handler {key!r}")
+    writer.save(f"random_states_{state.rank}.pkl", random_states(what.data_loaders, what.step))
+    return sorted(keyed)
+
+
+def _start(
+    target: Path, lock: WriterLock | None
+) -> tuple[Path | None, list[str], BaseException | None]:
+    """On a committing process: lock, prepare and make the temporary folder."""
+    if lock is None:
+        return None, [], None
+    try:
+        lock.acquire()
+        notes = _prepare_target(target)
+        temporary = durable.temporary_of(target, durable.new_token())
+        try:
+            temporary.mkdir()
+        except OSError as exc:
+            raise durable.write_error(temporary, exc, "created") from None
+        return temporary, notes, None
+    except BaseException as exc:
+        return None, [], exc
+
+
+def _shared_temporary(
+    state: AcceleratorState, mine: Path | None, error: BaseException | None
+) -> Path:
+    """The temporary folder this process writes into: its machine's committer's."""
+    report = (node_of(state), None if mine is None else str(mine), str(error) if error else None)
+    reports = exchange(state, report)
+    raise_agreed(error, [(rank, msg) for rank, (_, _, msg) in enumerate(reports) if msg])
+    node = node_of(state)
+    for where, path, _ in reports:
+        if path is not None and where == node:
+            return Path(path)
+    for _, path, _ in reports:  # one committer for every machine (a shared file system)
+        if path is not None:
+            return Path(path)
+    raise CheckpointError("save_state", "no process made the temporary folder")
+
+
+def save_checkpoint(
+    state: AcceleratorState,
+    folder: Path,
+    what: Checkpointed,
+    weights: Sequence[dict[str, Any]],
+    *,
+    safe_serialization: bool = True,
+    save_on_each_node: bool = False,
+) -> tuple[Path, list[str]]:
+    """Write a whole checkpoint to ``folder``, replacing the one there only once it is complete.
+
+    Returns the folder and notes on what was cleaned up (stale temporaries, an interrupted commit).
+    """
+    committer = _committer(state, save_on_each_node)
+    # The lock is the folder's a link points to: two links to one folder share its writer.
+    target = target_of(folder) if committer else folder
+    lock = WriterLock(target) if committer else None
+    try:
+        mine, notes, error = _start(target, lock)
+        temporary = _shared_temporary(state, mine, error)
+        writer = CheckpointWriter(temporary, state)
+        handlers: list[str] = []
+        try:
+            try:
+                handlers = _write_states(
+                    writer, state, what, weights, safe=safe_serialization, shared=committer
+                )
+            finally:
+                writer.finish()
+        except BaseException as exc:
+            error = exc
+        entries = _gather_entries(state, writer, error, per_node=save_on_each_node)
+        if error is not None or entries is None:
+            if committer:
+                durable.remove_tree(temporary)
+            agree(state, error)
+            raise CheckpointError(temporary, "was not written whole by every process")
+        if committer:
+            try:
+                Manifest(
+                    world_size=state.world_size, step=what.step, handlers=handlers, files=entries
+                ).write(temporary)
+                durable.commit_folder(temporary, target)
+            except BaseException as exc:
+                error = (
+                    durable.write_error(temporary, exc, "committed")
+                    if isinstance(exc, OSError)
+                    else exc
+                )
+                durable.remove_tree(temporary)
+        # The commit is agreed like the writes: a failed one raises on every process at once.
+        raise_agreed(error, failures(state, error))
+        return folder, notes
+    finally:
+        if lock is not None:
+            lock.release()
+
+
+def _gather_entries(
+    state: AcceleratorState,
+    writer: CheckpointWriter,
+    error: BaseException | None,
+    *,
+    per_node: bool,
+) -> dict[str, durable.FileEntry] | None:
+    """The files the processes wrote, or ``None`` when any process failed.
+
+    With ``per_node`` (``save_on_each_node``) only those of this machine's processes, which
+    share this machine's disk.
+    """
+    mine = None if error is not None else dict(writer.entries)
+    reports = exchange(state, (node_of(state), str(error) if error else None, mine))
+    merged: dict[str, durable.FileEntry] = {}
+    for node, failure, entries in reports:
+        if failure is not None or entries is None:
+            return None
+        if not per_node or node == node_of(state):
+            merged.update(entries)
+    return merged
