@@ -26,12 +26,12 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from accelkw_core.contract.contributions import CheckpointOwner
+from accelkw_core.contract.points import CHECKPOINT, MODEL_CHECKPOINT, MODEL_STATE
 from accelkw_core.errors import CheckpointError, CheckpointNotFoundError, CheckpointWarning
 from accelkw_core.runtime import durable
 from accelkw_core.runtime.checkpoint_io import CheckpointReader, CheckpointWriter
-from accelkw_core.runtime.contributions import CheckpointOwner
 from accelkw_core.runtime.manifest import MANIFEST, Manifest, read_manifest
-from accelkw_core.runtime.points import CHECKPOINT, MODEL_CHECKPOINT, MODEL_STATE
 from accelkw_core.runtime.project import is_complete
 from accelkw_core.runtime.random_states import random_states, set_random_states
 

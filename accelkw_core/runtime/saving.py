@@ -14,6 +14,7 @@ import warnings
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from accelkw_core.contract.points import MODEL_CHECKPOINT
 from accelkw_core.errors import (
     CheckpointError,
     CheckpointNotFoundError,
@@ -22,7 +23,6 @@ from accelkw_core.errors import (
 )
 from accelkw_core.runtime import checkpointing as ckpt
 from accelkw_core.runtime import durable
-from accelkw_core.runtime.points import MODEL_CHECKPOINT
 from accelkw_core.runtime.project import ProjectConfiguration, is_complete, numbered_checkpoints
 
 if TYPE_CHECKING:
