@@ -175,3 +175,23 @@ def test_the_plugin_api_pulls_in_no_machinery_a_listing_does_not_run() -> None:
         [sys.executable, "-c", code], check=True, capture_output=True, text=True, timeout=60
     )
     assert out.stdout.strip() == "[]"
+
+
+def test_the_plugin_api_is_the_contract_without_the_runtime() -> None:
+    # A plugin module imports accelkw_core.plugin when it is listed: that loads the contract and
+    # the hook markers, never the runtime, the configuration or the registry.
+    code = (
+        "import sys, accelkw_core.plugin; "
+        "print(sorted(m for m in sys.modules if m.startswith('accelkw_core.')))"
+    )
+    out = subprocess.run(
+        [sys.executable, "-c", code], check=True, capture_output=True, text=True, timeout=60
+    )
+    outside = {m for m in ast.literal_eval(out.stdout) if not m.startswith("accelkw_core.contract")}
+    assert outside == {
+        "accelkw_core._version",
+        "accelkw_core.discovery",
+        "accelkw_core.discovery.hookspecs",
+        "accelkw_core.errors",
+        "accelkw_core.plugin",
+    }, outside

@@ -13,7 +13,7 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any, Protocol
 
-__all__ = ["CheckpointManifest", "CheckpointReader", "CheckpointWriter"]
+__all__ = ["CheckpointFolder", "CheckpointManifest", "CheckpointReader", "CheckpointWriter"]
 
 
 class CheckpointManifest(Protocol):
@@ -36,8 +36,8 @@ class CheckpointManifest(Protocol):
     def step(self) -> int: ...
 
 
-class CheckpointWriter(Protocol):
-    """Writes the files of one checkpoint into its (temporary) folder, durably.
+class CheckpointFolder(Protocol):
+    """The folder of one checkpoint, as the process at hand writes or reads it.
 
     ``rank``, ``world_size`` and ``is_main_process`` say which process this is, so a
     contribution writes shared files once and its own shards on every process.
@@ -54,6 +54,10 @@ class CheckpointWriter(Protocol):
 
     @property
     def is_main_process(self) -> bool: ...
+
+
+class CheckpointWriter(CheckpointFolder, Protocol):
+    """Writes the files of one checkpoint into its (temporary) folder, durably."""
 
     def write_bytes(self, name: str, data: bytes | memoryview) -> Path:
         """Write ``data`` to ``name``, recorded for the manifest and made durable."""
@@ -77,7 +81,7 @@ class CheckpointWriter(Protocol):
         ...
 
 
-class CheckpointReader(Protocol):
+class CheckpointReader(CheckpointFolder, Protocol):
     """Reads the files of one checkpoint, each checked against its manifest before use.
 
     ``manifest`` is ``None`` for a checkpoint written by Accelerate (its files are checked by
@@ -86,19 +90,7 @@ class CheckpointReader(Protocol):
     """
 
     @property
-    def folder(self) -> Path: ...
-
-    @property
     def manifest(self) -> CheckpointManifest | None: ...
-
-    @property
-    def rank(self) -> int: ...
-
-    @property
-    def world_size(self) -> int: ...
-
-    @property
-    def is_main_process(self) -> bool: ...
 
     def has(self, name: str) -> bool:
         """Whether the checkpoint holds ``name`` (a file, or a folder of files)."""
