@@ -19,6 +19,7 @@ from typing import TYPE_CHECKING, Any
 from accelkw_core._version import __version__
 
 if TYPE_CHECKING:
+    from accelkw_core.contract.handler import KwargsHandler
     from accelkw_core.discovery.registry import Registry, get_registry, set_registry
     from accelkw_core.errors import (
         AccelkwError,
@@ -31,7 +32,6 @@ if TYPE_CHECKING:
         PointConflictError,
         UnknownHandlerError,
     )
-    from accelkw_core.handlers.base import KwargsHandler
     from accelkw_core.runtime.accelerator import Accelerator
     from accelkw_core.runtime.checkpoints.project import ProjectConfiguration
     from accelkw_core.runtime.data_loader import skip_first_batches
@@ -43,13 +43,13 @@ if TYPE_CHECKING:
 if TYPE_CHECKING:  # the names that moved in 0.2, typed as what they are (they warn at run time)
     from accelkw_core.config.selection import order_handlers as order_handlers
     from accelkw_core.config.selection import resolve_handlers as resolve_handlers
+    from accelkw_core.contract.state import LogEntry as LogEntry
     from accelkw_core.discovery.hookspecs import hookspec as hookspec
     from accelkw_core.discovery.registry import HandlerInfo as HandlerInfo
     from accelkw_core.discovery.registry import PluginRecord as PluginRecord
     from accelkw_core.plugin import handler_field as handler_field
     from accelkw_core.plugin import hookimpl as hookimpl
     from accelkw_core.runtime.composition import compose as compose
-    from accelkw_core.runtime.state import LogEntry as LogEntry
 
 _EXPORTS = {
     "Accelerator": "accelkw_core.runtime.accelerator",
@@ -59,7 +59,7 @@ _EXPORTS = {
     "DistributedType": "accelkw_core.runtime.processes",
     "find_executable_batch_size": "accelkw_core.runtime.memory",
     "skip_first_batches": "accelkw_core.runtime.data_loader",
-    "KwargsHandler": "accelkw_core.handlers.base",
+    "KwargsHandler": "accelkw_core.contract.handler",
     "ProjectConfiguration": "accelkw_core.runtime.checkpoints.project",
     "Registry": "accelkw_core.discovery.registry",
     "get_registry": "accelkw_core.discovery.registry",
@@ -86,7 +86,7 @@ _MOVED = {
     "resolve_handlers": "accelkw_core.config.selection",
     "HandlerInfo": "accelkw_core.discovery.registry",
     "PluginRecord": "accelkw_core.discovery.registry",
-    "LogEntry": "accelkw_core.runtime.state",
+    "LogEntry": "accelkw_core.contract.state",
 }
 
 __all__ = [

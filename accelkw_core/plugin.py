@@ -4,20 +4,9 @@ A plugin that imports only from here (and from :mod:`accelkw_core.testing` in it
 working across releases of the same minor version; see the versioning policy in the docs.
 """
 
-from accelkw_core.discovery.hookspecs import hookimpl
-from accelkw_core.errors import (
-    AccelkwError,
-    CheckpointError,
-    ConfigError,
-    PointConflictError,
-    suggest,
-)
-from accelkw_core.handlers.accelerate_env import AccelerateEnv, accelerate_flag, read_declared
-from accelkw_core.handlers.base import KwargsHandler, handler_field
-from accelkw_core.handlers.enums import ReferenceEnum
-from accelkw_core.handlers.plan import Plan, PlanStep
-from accelkw_core.runtime.checkpoints.files import CheckpointReader, CheckpointWriter
-from accelkw_core.runtime.contributions import (
+from accelkw_core.contract.accelerate_env import AccelerateEnv, accelerate_flag, read_declared
+from accelkw_core.contract.checkpoint_io import CheckpointReader, CheckpointWriter
+from accelkw_core.contract.contributions import (
     AccumulationPolicy,
     AfterStep,
     ApplyLoaded,
@@ -39,7 +28,10 @@ from accelkw_core.runtime.contributions import (
     Teardown,
     Unscale,
 )
-from accelkw_core.runtime.points import (
+from accelkw_core.contract.enums import ReferenceEnum
+from accelkw_core.contract.handler import KwargsHandler, handler_field
+from accelkw_core.contract.plan import Plan, PlanStep
+from accelkw_core.contract.points import (
     ACCUMULATION,
     AFTER_STEP,
     AROUND_STEP,
@@ -60,8 +52,16 @@ from accelkw_core.runtime.points import (
     UNSCALE_GRADIENTS,
     ExtensionPoint,
 )
-from accelkw_core.runtime.state import AcceleratorState, Contribution
-from accelkw_core.runtime.stepping import StepContext
+from accelkw_core.contract.state import AcceleratorState, Contribution
+from accelkw_core.contract.step import StepContext
+from accelkw_core.discovery.hookspecs import hookimpl
+from accelkw_core.errors import (
+    AccelkwError,
+    CheckpointError,
+    ConfigError,
+    PointConflictError,
+    suggest,
+)
 
 __all__ = [
     "ACCUMULATION",

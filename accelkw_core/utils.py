@@ -14,8 +14,8 @@ from __future__ import annotations
 import importlib
 from typing import TYPE_CHECKING, Any
 
+from accelkw_core.contract.handler import KwargsHandler
 from accelkw_core.discovery.catalog import REFERENCE_NAMES
-from accelkw_core.handlers.base import KwargsHandler
 from accelkw_core.runtime.availability import (
     is_aim_available,
     is_bf16_available,

@@ -22,7 +22,7 @@ Markers (HTML comments, so a page shows nothing of them), each closed by ``<!-- 
 - ``<!-- handlers -->``: the table of the built-in handlers, with links to their pages.
 - ``<!-- cli -->``: every command and option of ``accelkw``, from its argparse parser.
 - ``<!-- hooks -->``: every hook specification, from its signature and docstring.
-- ``<!-- points -->``: every extension point of ``accelkw_core.runtime.points.POINTS``, with
+- ``<!-- points -->``: every extension point of ``accelkw_core.contract.points.POINTS``, with
   the built-ins whose plans contribute to it (found by planning them, see ``refgen``).
 - ``<!-- capabilities -->``: every capability a built-in's plan provides, with the built-ins.
 - ``<!-- trackers -->``: the built-in trackers, read from their installed plugins.

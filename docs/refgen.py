@@ -199,7 +199,7 @@ def _missing_row(lang: str, columns: int) -> list[str]:
 
 
 def _fields(cls: type) -> Iterator[tuple[Any, bool]]:
-    from accelkw_core.handlers.validation import field_specs
+    from accelkw_core.contract.validation import field_specs
 
     factories = {
         f.name for f in dataclasses.fields(cls) if f.default_factory is not dataclasses.MISSING
@@ -235,7 +235,7 @@ def fields_table(name: str, lang: str = "en", docs: Mapping[str, str] | None = N
     ``docs`` replaces the description of the named fields (the Arabic pages); a name in it
     that is not a field is an error, so a translation cannot outlive a renamed field.
     """
-    from accelkw_core.handlers.validation import describe_type
+    from accelkw_core.contract.validation import describe_type
 
     cls = handler_class(name)
     labels = LABELS[lang]
@@ -358,7 +358,7 @@ def accelerate_env_table() -> str:
     ``accelerate_env``), and the families left alone (``FAMILIES``).
     """
     from accelkw_core.config.accelerate_env import CORE_VARIABLES, FAMILIES, HONOURED, UNUSED
-    from accelkw_core.handlers.accelerate_env import SWITCH
+    from accelkw_core.contract.accelerate_env import SWITCH
 
     rows = [
         "| variable | Accelerate reads it as | accelkw | how |",
@@ -545,7 +545,7 @@ def _builtin_links(names: list[str], link_prefix: str) -> str:
 def points_table(lang: str = "en", link_prefix: str = "handlers/") -> str:
     """Every extension point of ``POINTS``: name, cardinality, role, where it runs, what a
     contribution is, how it is used, the built-ins that contribute."""
-    from accelkw_core.runtime.points import POINTS
+    from accelkw_core.contract.points import POINTS
 
     labels = LABELS[lang]
     contributions = builtin_contributions()

@@ -11,11 +11,11 @@ from pathlib import Path
 import pytest
 
 from accelkw_core.config.files import find_config, load_config
+from accelkw_core.contract.handler import KwargsHandler, handler_field
+from accelkw_core.contract.validation import build_handler
 from accelkw_core.discovery.hookspecs import hookimpl
 from accelkw_core.errors import ConfigError, ConfigFileError
 from accelkw_core.facts.environment import env_int
-from accelkw_core.handlers.base import KwargsHandler, handler_field
-from accelkw_core.handlers.validation import build_handler
 from tests.conftest import run_accelkw
 
 

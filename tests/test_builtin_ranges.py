@@ -13,8 +13,8 @@ import torch.distributed as dist
 from accelkw_ddp import DistributedDataParallelKwargs
 from accelkw_grad_scaler import GradScalerKwargs
 
+from accelkw_core.contract.validation import build_handler
 from accelkw_core.errors import ConfigError
-from accelkw_core.handlers.validation import build_handler
 
 # DDP turns MiB into bytes in a signed 64-bit integer: 2**43 MiB is 2**63 bytes.
 LARGEST_BUCKET_MB = 2**43 - 1

@@ -11,7 +11,7 @@ from typing import Any, Literal
 
 import pytest
 
-from accelkw_core.handlers.validation import build_handler, parse_duration
+from accelkw_core.contract.validation import build_handler, parse_duration
 from accelkw_core.plugin import ConfigError, KwargsHandler, handler_field
 
 

@@ -26,9 +26,9 @@ from typing import Any
 import pytest
 
 from accelkw_core.cli.main import build_parser
+from accelkw_core.contract.handler import KwargsHandler
 from accelkw_core.discovery import hookspecs
 from accelkw_core.discovery.catalog import HANDLER_DISTRIBUTIONS, REFERENCE_NAMES
-from accelkw_core.handlers.base import KwargsHandler
 from tests.conftest import REPO
 
 MKDOCS = Path(sys.executable).parent / "mkdocs"
@@ -168,7 +168,7 @@ def test_every_handler_field_is_in_its_generated_table(site: Path, name: str, la
 
 @pytest.mark.parametrize("lang", sorted(LANGS))
 def test_every_extension_point_is_in_the_generated_table(site: Path, lang: str) -> None:
-    from accelkw_core.runtime.points import POINTS
+    from accelkw_core.contract.points import POINTS
 
     html = page(site, f"{LANGS[lang]}extension-points")
     tables = [

@@ -10,13 +10,13 @@ from pathlib import Path
 import pytest
 
 from accelkw_core.config.settings import resolve_settings
+from accelkw_core.contract.handler import KwargsHandler, handler_field
 from accelkw_core.discovery.entry_points import PluginEntryPoint
 from accelkw_core.discovery.hookspecs import hookimpl
 from accelkw_core.discovery.listing_cache import cache_dir
 from accelkw_core.discovery.registry import Registry
 from accelkw_core.errors import ConfigError, ConfigWarning
 from accelkw_core.facts.environment import env_flag, unknown_variables
-from accelkw_core.handlers.base import KwargsHandler, handler_field
 from tests.conftest import good_plugin, run_accelkw, write_dist
 
 SWITCHES = [

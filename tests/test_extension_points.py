@@ -250,6 +250,8 @@ def test_agree_is_the_flag_itself_on_one_process() -> None:
     assert step.agree(True) is True and step.agree(False) is False
     assert step.agree(True, how="all") is True
     assert StepContext(None, None, 0).agree(True)  # a context built by hand: no run
+    # step.agree is the state's agree, which code holding the state calls the same way
+    assert state.agree(True) is True and state.agree(False, how="all") is False
     with pytest.raises(ValueError, match="expected 'any' or 'all'"):
         from accelkw_core.runtime.collectives import agree
 

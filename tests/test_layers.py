@@ -1,11 +1,17 @@
-"""The core is layered: a lower layer never imports a higher one at module level.
+"""The core is layered: no module imports a module of a higher layer, however it imports it.
 
-Bottom to top: errors and the version; run facts and environment parsing (``facts``, ``logs``);
-``handlers`` (the handler and tracker contracts); ``discovery``; ``config`` and ``tracking``
-(which trackers a run uses); ``runtime``; and the tiers over them (``cli``,
-``tools``, ``testing``, ``plugin``, ``utils``, ``local_sgd``). An import inside a function (done lazily, when
-the code runs) or under ``TYPE_CHECKING`` is not a layering edge. No module imports another
-module's private (``_``-prefixed) name, at any depth.
+Bottom to top: errors and the version; ``contract`` (what a plugin codes against: the handler
+and tracker contracts, ``Plan``, the extension points and their contribution types, the state
+as a handler sees it, the checkpoint writer and reader it is handed); run facts and environment
+parsing (``facts``, ``logs``); ``discovery``; ``config`` and ``tracking`` (which trackers a run
+uses); ``runtime``; and the tiers over them (``cli``, ``tools``, ``testing``, ``plugin``,
+``utils``, ``local_sgd``).
+
+Every import counts, wherever it is written: at module level, under ``if TYPE_CHECKING:``,
+inside a function or a method (done lazily, when the code runs), relative or absolute, and
+``importlib.import_module`` of a literal name. A hidden upward edge is still an upward edge: it
+ties the lower layer to the higher one for a reader, a type checker and a refactoring alike.
+No module imports another module's private (``_``-prefixed) name, at any depth.
 """
 
 from __future__ import annotations
@@ -13,6 +19,7 @@ from __future__ import annotations
 import ast
 import subprocess
 import sys
+from collections.abc import Iterator
 from pathlib import Path
 
 import accelkw_core
@@ -20,8 +27,8 @@ import accelkw_core
 CORE = Path(accelkw_core.__file__).parent
 LAYERS = [
     {"errors", "_version"},
+    {"contract"},
     {"facts", "logs"},
-    {"handlers"},
     {"discovery"},
     {"config", "tracking"},
     {"runtime"},
@@ -35,20 +42,59 @@ def _unit(path: Path) -> str:
     return rel[0] if len(rel) > 1 else path.stem
 
 
-def _module_level_imports(tree: ast.Module) -> list[ast.ImportFrom | ast.Import]:
-    found: list[ast.ImportFrom | ast.Import] = []
-    for node in tree.body:
-        if isinstance(node, ast.Import | ast.ImportFrom):
-            found.append(node)
-        elif isinstance(node, ast.Try):
-            found += [n for n in node.body if isinstance(n, ast.Import | ast.ImportFrom)]
-    return found
+def _package(path: Path) -> list[str]:
+    """The dotted package ``path`` is in (what a relative import is relative to)."""
+    return ["accelkw_core", *path.relative_to(CORE).parts[:-1]]
 
 
-def _targets(node: ast.ImportFrom | ast.Import) -> list[str]:
-    if isinstance(node, ast.ImportFrom):
-        return [node.module] if node.module else []
-    return [alias.name for alias in node.names]
+def imports_of(path: Path, package: list[str] | None = None) -> Iterator[tuple[int, str]]:
+    """Every module ``path`` imports, with the line: every node of the tree, at any depth.
+
+    ``package``: the dotted package the file is in, as parts (default: its place in the core).
+    """
+    package = _package(path) if package is None else package
+    for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+        if isinstance(node, ast.Import):
+            for alias in node.names:
+                yield node.lineno, alias.name
+        elif isinstance(node, ast.ImportFrom):
+            if node.level:
+                base = package[: len(package) - node.level + 1]
+                module = ".".join([*base, *([node.module] if node.module else [])])
+            else:
+                module = node.module or ""
+            if module != "accelkw_core":
+                yield node.lineno, module
+                continue
+            # ``from accelkw_core import runtime`` imports the subpackage ``runtime``;
+            # ``from accelkw_core import Accelerator``, the package itself (the top tier).
+            for alias in node.names:
+                name = alias.name if alias.name in RANK else "__init__"
+                yield node.lineno, f"accelkw_core.{name}"
+        elif isinstance(node, ast.Call) and _is_import_call(node.func) and node.args:
+            first = node.args[0]
+            if isinstance(first, ast.Constant) and isinstance(first.value, str):
+                yield node.lineno, first.value
+
+
+def _is_import_call(func: ast.expr) -> bool:
+    if isinstance(func, ast.Name):
+        return func.id in {"import_module", "__import__"}
+    return isinstance(func, ast.Attribute) and func.attr == "import_module"
+
+
+def upward_edges(root: Path) -> list[str]:
+    """``file:line imports module`` for every import of a higher layer under ``root``."""
+    upward = []
+    for path in sorted(root.rglob("*.py")):
+        unit = _unit(path)
+        for line, target in imports_of(path):
+            parts = target.split(".")
+            if parts[0] != "accelkw_core" or len(parts) < 2 or parts[1] not in RANK:
+                continue
+            if RANK[parts[1]] > RANK[unit]:
+                upward.append(f"{path.relative_to(CORE)}:{line} imports {target}")
+    return upward
 
 
 def test_every_module_of_the_core_belongs_to_a_layer() -> None:
@@ -56,18 +102,53 @@ def test_every_module_of_the_core_belongs_to_a_layer() -> None:
     assert units <= set(RANK), sorted(units - set(RANK))
 
 
-def test_no_layer_imports_a_higher_one_at_module_level() -> None:
-    upward = []
-    for path in sorted(CORE.rglob("*.py")):
-        unit = _unit(path)
-        for node in _module_level_imports(ast.parse(path.read_text(encoding="utf-8"))):
-            for target in _targets(node):
-                parts = target.split(".")
-                if parts[0] != "accelkw_core" or len(parts) < 2:
-                    continue
-                if RANK[parts[1]] > RANK[unit]:
-                    upward.append(f"{path.relative_to(CORE)}:{node.lineno} imports {target}")
+def test_every_import_target_of_the_core_is_a_known_layer() -> None:
+    # An import of ``accelkw_core.<name>`` for a name no layer holds would escape the check below.
+    unknown = [
+        f"{path.relative_to(CORE)}:{line} imports {target}"
+        for path in sorted(CORE.rglob("*.py"))
+        for line, target in imports_of(path)
+        if target.startswith("accelkw_core.") and target.split(".")[1] not in RANK
+    ]
+    assert not unknown, "\n".join(unknown)
+
+
+def test_no_layer_imports_a_higher_one_anywhere() -> None:
+    upward = upward_edges(CORE)
     assert not upward, "a lower layer imports a higher one:\n" + "\n".join(upward)
+
+
+def test_the_contract_imports_nothing_of_accelkw_but_the_errors() -> None:
+    found = [
+        f"{path.relative_to(CORE)}:{line} imports {target}"
+        for path in sorted((CORE / "contract").rglob("*.py"))
+        for line, target in imports_of(path)
+        if target.startswith("accelkw_core")
+        and not target.startswith(("accelkw_core.contract", "accelkw_core.errors"))
+    ]
+    assert not found, "\n".join(found)
+
+
+def test_hidden_edges_are_found(tmp_path: Path) -> None:
+    # The walk sees an import however it is hidden: under TYPE_CHECKING, inside a function or a
+    # method, relative, or through importlib with a literal name.
+    source = (
+        "from typing import TYPE_CHECKING\n"
+        "import importlib\n"
+        "if TYPE_CHECKING:\n"
+        "    from accelkw_core.runtime.state import AcceleratorState\n"
+        "def f():\n"
+        "    from accelkw_core.cli import main\n"
+        "class C:\n"
+        "    def m(self):\n"
+        "        from ..runtime import composition\n"
+        "        return importlib.import_module('accelkw_core.tools.demo')\n"
+    )
+    module = tmp_path / "probe.py"
+    module.write_text(source, encoding="utf-8")
+    found = {target for _, target in imports_of(module, ["accelkw_core", "discovery"])}
+    assert {"accelkw_core.runtime.state", "accelkw_core.cli", "accelkw_core.tools.demo"} <= found
+    assert "accelkw_core.runtime" in found  # the relative one
 
 
 def test_no_private_name_is_imported_across_modules() -> None:
@@ -94,3 +175,23 @@ def test_the_plugin_api_pulls_in_no_machinery_a_listing_does_not_run() -> None:
         [sys.executable, "-c", code], check=True, capture_output=True, text=True, timeout=60
     )
     assert out.stdout.strip() == "[]"
+
+
+def test_the_plugin_api_is_the_contract_without_the_runtime() -> None:
+    # A plugin module imports accelkw_core.plugin when it is listed: that loads the contract and
+    # the hook markers, never the runtime, the configuration or the registry.
+    code = (
+        "import sys, accelkw_core.plugin; "
+        "print(sorted(m for m in sys.modules if m.startswith('accelkw_core.')))"
+    )
+    out = subprocess.run(
+        [sys.executable, "-c", code], check=True, capture_output=True, text=True, timeout=60
+    )
+    outside = {m for m in ast.literal_eval(out.stdout) if not m.startswith("accelkw_core.contract")}
+    assert outside == {
+        "accelkw_core._version",
+        "accelkw_core.discovery",
+        "accelkw_core.discovery.hookspecs",
+        "accelkw_core.errors",
+        "accelkw_core.plugin",
+    }, outside

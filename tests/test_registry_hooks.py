@@ -10,9 +10,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, ClassVar
 
+from accelkw_core.contract.handler import KwargsHandler
 from accelkw_core.discovery.hookspecs import hookimpl
 from accelkw_core.discovery.registry import Registry
-from accelkw_core.handlers.base import KwargsHandler
 from accelkw_core.testing import isolated_registry, plugin_of
 from tests.conftest import run_accelkw, write_dist
 

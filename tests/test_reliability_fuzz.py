@@ -36,8 +36,8 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from accelkw_core.config.settings import resolve_settings
+from accelkw_core.contract.validation import field_specs
 from accelkw_core.discovery.catalog import BUILTINS as CATALOG
-from accelkw_core.handlers.validation import field_specs
 from accelkw_core.plugin import ConfigError, KwargsHandler, hookimpl
 from accelkw_core.testing import isolated_registry
 

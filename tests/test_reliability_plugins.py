@@ -246,7 +246,7 @@ ACCELERATOR_CHECK = """
         compose(state, [])
     except Exception as exc:
         out["compose_error"] = type(exc).__name__
-        from accelkw_core.runtime.points import POINTS
+        from accelkw_core.contract.points import POINTS
 
         out["slots"] = {
             "contributions": sum(len(state.contributions(p)) for p in POINTS),

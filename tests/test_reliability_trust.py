@@ -25,7 +25,7 @@ from typing import Any, ClassVar
 import pytest
 
 from accelkw_core.config.settings import resolve_settings
-from accelkw_core.handlers.validation import build_handler
+from accelkw_core.contract.validation import build_handler
 from accelkw_core.plugin import ConfigError, KwargsHandler, handler_field, hookimpl
 from accelkw_core.testing import isolated_registry
 from tests.conftest import REPO, good_plugin, run_accelkw, run_python, write_dist
@@ -321,7 +321,7 @@ IMPORT_SITES = {
     "accelkw_core/cli/main.py",  # the command modules, a constant tuple
     "accelkw_core/utils.py",  # reference class names, a constant table
     "accelkw_core/discovery/cache.py",  # entry points, after the allow/deny check
-    "accelkw_core/handlers/coercion.py",  # callables, only with import_callables=True
+    "accelkw_core/contract/coercion.py",  # callables, only with import_callables=True
     "accelkw_core/testing/contract.py",  # the plugin module a test class names, in tests only
 }
 # pickle may only read back the bytes the same call just wrote (the contract kit's round trip).

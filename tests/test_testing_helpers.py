@@ -13,8 +13,8 @@ from typing import Any, ClassVar
 import pytest
 
 from accelkw_core import AcceleratorState, ConfigError, HandlerApplyError, KwargsHandler
+from accelkw_core.contract.points import POINTS
 from accelkw_core.plugin import handler_field, hookimpl
-from accelkw_core.runtime.points import POINTS
 from accelkw_core.testing import (
     WorkerFailed,
     applied,

@@ -102,7 +102,7 @@ def add_parser(sub: Any) -> None:
 
 def handler_fields(cls: type) -> list[dict[str, Any]]:
     """The fields of a handler class as ``{"name", "type", "default", "doc"}`` dicts."""
-    from accelkw_core.handlers.validation import describe_type, field_specs
+    from accelkw_core.contract.validation import describe_type, field_specs
 
     return [
         {

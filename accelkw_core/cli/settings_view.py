@@ -14,7 +14,7 @@ __all__ = ["field_rows", "handler_lines", "settings_json"]
 
 def field_rows(hs: HandlerSettings) -> list[dict[str, Any]]:
     """Each field of a handler: value, default, whether it differs, and where it came from."""
-    from accelkw_core.handlers.validation import field_specs
+    from accelkw_core.contract.validation import field_specs
 
     rows = []
     specs = field_specs(type(hs.handler))

@@ -25,14 +25,14 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import NamedTuple
 
+from accelkw_core.contract.accelerate_env import AccelerateEnv, accelerate_flag
+from accelkw_core.contract.handler import KwargsHandler
 from accelkw_core.discovery.catalog import (
     ACCELERATE_ENV_PREFIXES,
     ACCELERATE_ENV_PROVIDERS,
     install_hint,
 )
 from accelkw_core.errors import ConfigError
-from accelkw_core.handlers.accelerate_env import AccelerateEnv, accelerate_flag
-from accelkw_core.handlers.base import KwargsHandler
 
 __all__ = [
     "CORE_VARIABLES",

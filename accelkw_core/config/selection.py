@@ -9,10 +9,10 @@ from __future__ import annotations
 import heapq
 from collections.abc import Iterable, Mapping, Sequence
 
+from accelkw_core.contract.handler import KwargsHandler
 from accelkw_core.discovery.catalog import install_hint
 from accelkw_core.discovery.registry import Registry, get_registry
 from accelkw_core.errors import ComposeError
-from accelkw_core.handlers.base import KwargsHandler
 
 __all__ = ["conflicting_defaults", "handler_key", "order_handlers", "resolve_handlers"]
 

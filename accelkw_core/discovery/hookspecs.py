@@ -14,9 +14,9 @@ from typing import TYPE_CHECKING, Any
 import pluggy
 
 if TYPE_CHECKING:
-    from accelkw_core.handlers.base import KwargsHandler
-    from accelkw_core.handlers.tracker import GeneralTracker
-    from accelkw_core.runtime.state import AcceleratorState
+    from accelkw_core.contract.handler import KwargsHandler
+    from accelkw_core.contract.state import AcceleratorState
+    from accelkw_core.contract.tracker import GeneralTracker
 
 __all__ = ["PROJECT", "hookimpl", "hookspec"]
 

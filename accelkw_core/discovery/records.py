@@ -8,8 +8,8 @@ import dataclasses
 import re
 from typing import NamedTuple
 
-from accelkw_core.handlers.base import KwargsHandler
-from accelkw_core.handlers.tracker import GeneralTracker
+from accelkw_core.contract.handler import KwargsHandler
+from accelkw_core.contract.tracker import GeneralTracker
 
 __all__ = [
     "CONFLICT",

@@ -15,6 +15,8 @@ from typing import Any
 
 import pluggy
 
+from accelkw_core.contract.handler import KwargsHandler
+from accelkw_core.contract.tracker import GeneralTracker
 from accelkw_core.discovery import compat, hookspecs
 from accelkw_core.discovery.default_registry import get_registry, set_registry
 from accelkw_core.discovery.entry_points import PluginEntryPoint, find_entry_points
@@ -40,8 +42,6 @@ from accelkw_core.errors import (
     suggest,
 )
 from accelkw_core.facts.environment import env_flag
-from accelkw_core.handlers.base import KwargsHandler
-from accelkw_core.handlers.tracker import GeneralTracker
 
 __all__ = [
     "ENTRY_POINT_GROUP",

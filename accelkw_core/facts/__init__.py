@@ -1,6 +1,6 @@
-"""The bottom layer: facts of a run and the environment variables that set them.
+"""Facts of a run and the environment variables that set them: the layer above the contract.
 
-Imports nothing of accelkw but :mod:`accelkw_core.errors`; every other layer may import it.
+Imports nothing of accelkw but :mod:`accelkw_core.errors`; every layer above it may import it.
 """
 
 __all__: list[str] = []

@@ -16,6 +16,14 @@ from types import MappingProxyType, TracebackType
 from typing import TYPE_CHECKING, Any, TypeVar
 
 from accelkw_core.config.settings import Settings, resolve_settings
+from accelkw_core.contract.points import (
+    ATTRIBUTE,
+    BACKWARD,
+    FORWARD_CONTEXT,
+    LOSS,
+    PROFILER,
+    ExtensionPoint,
+)
 from accelkw_core.discovery.catalog import provider_hint
 from accelkw_core.discovery.registry import Registry, get_registry
 from accelkw_core.errors import AccelkwError, ComposeError
@@ -28,14 +36,6 @@ from accelkw_core.runtime.dataloader_config import DataLoaderConfiguration
 from accelkw_core.runtime.forward import forward_contexts
 from accelkw_core.runtime.gaps import gaps_of_run, live_capabilities, warn_gaps
 from accelkw_core.runtime.keywords import handlers_from_keywords
-from accelkw_core.runtime.points import (
-    ATTRIBUTE,
-    BACKWARD,
-    FORWARD_CONTEXT,
-    LOSS,
-    PROFILER,
-    ExtensionPoint,
-)
 from accelkw_core.runtime.preparing import PreparingAPI
 from accelkw_core.runtime.saving import CheckpointAPI, project_configuration
 from accelkw_core.runtime.state import AcceleratorState
@@ -46,7 +46,7 @@ from accelkw_core.tracking.selection import LogWith
 if TYPE_CHECKING:
     import torch
 
-    from accelkw_core.handlers.base import KwargsHandler
+    from accelkw_core.contract.handler import KwargsHandler
 
 __all__ = ["HANDLER_ATTRIBUTES", "Accelerator", "NoProfiler"]
 
@@ -191,7 +191,7 @@ class Accelerator(PreparingAPI, AccumulationAPI, CheckpointAPI, TrackingAPI, Acc
         return forward_contexts(self._override(autocast_handler, FORWARD_CONTEXT, "autocast"))
 
     def _override(self, handler: Any, point: ExtensionPoint[T], what: str) -> list[T]:
-        from accelkw_core.handlers.base import KwargsHandler
+        from accelkw_core.contract.handler import KwargsHandler
 
         if not isinstance(handler, KwargsHandler):
             raise TypeError(

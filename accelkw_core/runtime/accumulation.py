@@ -16,10 +16,10 @@ from collections.abc import Iterator
 from contextlib import AbstractContextManager
 from typing import TYPE_CHECKING, Any, Protocol
 
+from accelkw_core.contract.contributions import AccumulationPolicy
+from accelkw_core.contract.points import ACCUMULATION, NO_SYNC
 from accelkw_core.discovery.catalog import provider_hint
 from accelkw_core.errors import ConfigError
-from accelkw_core.runtime.contributions import AccumulationPolicy
-from accelkw_core.runtime.points import ACCUMULATION, NO_SYNC
 
 if TYPE_CHECKING:
     from accelkw_core.runtime.state import AcceleratorState

@@ -11,7 +11,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Sequence
 from typing import TYPE_CHECKING, Any
 
-from accelkw_core.runtime.points import UNSCALE_GRADIENTS
+from accelkw_core.contract.points import UNSCALE_GRADIENTS
 
 if TYPE_CHECKING:
     from accelkw_core.runtime.state import AcceleratorState

@@ -8,9 +8,9 @@ from __future__ import annotations
 
 from typing import Any
 
+from accelkw_core.contract.state import AcceleratorState
 from accelkw_core.discovery.catalog import provider_hint
 from accelkw_core.errors import AccelkwError
-from accelkw_core.runtime.state import AcceleratorState
 
 __all__ = ["REDUCTIONS", "agree", "barrier", "gather", "gather_objects", "has_group", "reduce"]
 

@@ -7,9 +7,9 @@ from collections.abc import Iterable, Sequence
 from typing import TYPE_CHECKING
 
 from accelkw_core.config.selection import handler_key, resolve_handlers
+from accelkw_core.contract.handler import KwargsHandler
 from accelkw_core.discovery.registry import Registry, get_registry
 from accelkw_core.errors import HandlerApplyError, PointConflictError
-from accelkw_core.handlers.base import KwargsHandler
 from accelkw_core.runtime.state import AcceleratorState
 
 if TYPE_CHECKING:

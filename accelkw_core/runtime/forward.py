@@ -12,8 +12,8 @@ from collections.abc import Callable, Iterator, Sequence
 from contextlib import AbstractContextManager
 from typing import TYPE_CHECKING, Any
 
-from accelkw_core.runtime.contributions import ForwardContext, OutputConverter
-from accelkw_core.runtime.points import FORWARD_CONTEXT, FORWARD_OUTPUT
+from accelkw_core.contract.contributions import ForwardContext, OutputConverter
+from accelkw_core.contract.points import FORWARD_CONTEXT, FORWARD_OUTPUT
 
 if TYPE_CHECKING:
     from accelkw_core.runtime.state import AcceleratorState

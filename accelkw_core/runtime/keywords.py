@@ -12,9 +12,9 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+from accelkw_core.contract.handler import KwargsHandler
 from accelkw_core.discovery.catalog import ACCELERATE_KEYWORDS, install_hint
 from accelkw_core.errors import ComposeError, ConfigError
-from accelkw_core.handlers.base import KwargsHandler
 
 __all__ = ["INSTANCE", "handlers_from_keywords"]
 

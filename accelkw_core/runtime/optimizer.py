@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING, Any
 
 import torch
 
-from accelkw_core.runtime.stepping import StepContext
+from accelkw_core.contract.step import StepContext
 
 if TYPE_CHECKING:
     from accelkw_core.runtime.state import AcceleratorState

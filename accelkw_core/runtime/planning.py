@@ -9,9 +9,9 @@ from __future__ import annotations
 import time
 from typing import TYPE_CHECKING
 
+from accelkw_core.contract.handler import KwargsHandler
+from accelkw_core.contract.plan import Plan
 from accelkw_core.errors import AccelkwError
-from accelkw_core.handlers.base import KwargsHandler
-from accelkw_core.handlers.plan import Plan
 from accelkw_core.runtime.gaps import gaps_of_run, live_capabilities
 
 if TYPE_CHECKING:

@@ -7,15 +7,15 @@ import warnings
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, TypeVar
 
-from accelkw_core.errors import AccelkwError
-from accelkw_core.runtime.forward import patch_forward, unpatch_forward
-from accelkw_core.runtime.points import (
+from accelkw_core.contract.points import (
     AFTER_STEP,
     AROUND_STEP,
     MODEL_WRAPPER,
     OPTIMIZER_WRAPPER,
     ExtensionPoint,
 )
+from accelkw_core.errors import AccelkwError
+from accelkw_core.runtime.forward import patch_forward, unpatch_forward
 
 if TYPE_CHECKING:
     from accelkw_core.runtime.accumulation import GradientState

@@ -12,6 +12,7 @@ import warnings
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from accelkw_core.contract.points import MODEL_CHECKPOINT
 from accelkw_core.errors import (
     CheckpointError,
     CheckpointNotFoundError,
@@ -28,7 +29,6 @@ from accelkw_core.runtime.checkpoints.project import (
     numbered_checkpoints,
 )
 from accelkw_core.runtime.checkpoints.save import save_checkpoint
-from accelkw_core.runtime.points import MODEL_CHECKPOINT
 
 if TYPE_CHECKING:
     from accelkw_core.runtime.state import AcceleratorState

@@ -5,43 +5,23 @@ from __future__ import annotations
 import os
 import time
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, NamedTuple, TypeVar, overload
+from typing import TYPE_CHECKING, Any, Literal, TypeVar, overload
 
+from accelkw_core.contract.points import KEYED, ONE, POINTS, STACK, ExtensionPoint
+from accelkw_core.contract.state import Contribution, LogEntry
 from accelkw_core.errors import ConfigError, PointConflictError
 from accelkw_core.facts.precision import MIXED_PRECISION_MODES
-from accelkw_core.runtime.points import KEYED, ONE, POINTS, STACK, ExtensionPoint
 
 if TYPE_CHECKING:
     import torch
 
-    from accelkw_core.handlers.base import KwargsHandler
+    from accelkw_core.contract.handler import KwargsHandler
 
-__all__ = ["MIXED_PRECISION_MODES", "AcceleratorState", "Contribution", "LogEntry"]
+__all__ = ["MIXED_PRECISION_MODES", "AcceleratorState"]
 
 
 Teardown = Callable[[], None]
 T = TypeVar("T")
-
-
-class Contribution(NamedTuple):
-    """One handler's contribution to an extension point (``key`` for keyed points)."""
-
-    handler: str
-    value: Any
-    key: str | None = None
-
-
-@dataclass(frozen=True)
-class LogEntry:
-    """One line of the state's log: what a handler did, or why it did nothing."""
-
-    handler: str
-    message: str
-    applied: bool
-
-    def __str__(self) -> str:
-        return f"{self.handler}: {self.message}"
 
 
 def _env_int(env: Mapping[str, str], key: str, default: int, minimum: int) -> int:
@@ -61,11 +41,14 @@ class AcceleratorState:
     """The facts of a run (rank, world size, device, mixed precision) and what handlers set up.
 
     Handlers take part in the run only through the extension points of
-    :mod:`accelkw_core.runtime.points`: :meth:`contribute` adds to one (checking its
+    :mod:`accelkw_core.contract.points`: :meth:`contribute` adds to one (checking its
     cardinality), :meth:`values` reads one in order, :meth:`add_teardown` stacks an undo action.
     :meth:`record` keeps a log of what each handler did or why it did nothing;
     :attr:`capabilities` says which handler provides what (``"gradient_sync"``, ...).
     :attr:`extras` holds a handler's private data under its name; the runtime never reads it.
+
+    It implements :class:`accelkw_core.contract.state.AcceleratorState`, the protocol a
+    handler is typed against (``accelkw_core.plugin.AcceleratorState``).
     """
 
     def __init__(
@@ -159,6 +142,15 @@ class AcceleratorState:
         if self.device_type == "cpu":
             return torch.device("cpu")
         return torch.device(self.device_type, self.local_rank)
+
+    def agree(self, flag: bool, *, how: Literal["any", "all"] = "any") -> bool:
+        """``flag`` agreed by every process: ``True`` everywhere when it is on any process
+        (``how="all"``: when it is on all). Every process calls it; with one, it is ``flag``."""
+        if not self.distributed:
+            return bool(flag)
+        from accelkw_core.runtime.collectives import agree
+
+        return agree(flag, self, how)
 
     def record(self, handler: str, message: str, *, applied: bool = True) -> None:
         """Log what ``handler`` did (``applied=True``) or why it did nothing.

@@ -14,7 +14,7 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING, Any
 
-from accelkw_core.handlers.tracker import GeneralTracker
+from accelkw_core.contract.tracker import GeneralTracker
 from accelkw_core.tracking.selection import LogWith, filter_trackers
 
 if TYPE_CHECKING:

@@ -47,11 +47,11 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any, ClassVar, cast
 
+from accelkw_core.contract.handler import KwargsHandler
+from accelkw_core.contract.points import POINTS
+from accelkw_core.contract.tracker import GeneralTracker
+from accelkw_core.contract.validation import field_specs
 from accelkw_core.errors import AccelkwError
-from accelkw_core.handlers.base import KwargsHandler
-from accelkw_core.handlers.tracker import GeneralTracker
-from accelkw_core.handlers.validation import field_specs
-from accelkw_core.runtime.points import POINTS
 from accelkw_core.runtime.state import AcceleratorState
 from accelkw_core.testing.helpers import (
     free_port,

@@ -17,9 +17,9 @@ from contextlib import contextmanager
 from typing import Any
 
 from accelkw_core.config.selection import handler_key
+from accelkw_core.contract.handler import KwargsHandler
 from accelkw_core.discovery.registry import Registry
 from accelkw_core.errors import WorkerFailed
-from accelkw_core.handlers.base import KwargsHandler
 from accelkw_core.runtime.composition import compose
 from accelkw_core.runtime.state import AcceleratorState
 

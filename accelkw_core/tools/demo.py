@@ -15,7 +15,7 @@ import time
 from collections.abc import Sequence
 from typing import Any
 
-from accelkw_core.runtime.points import PROFILER
+from accelkw_core.contract.points import PROFILER
 
 __all__ = ["main", "train"]
 

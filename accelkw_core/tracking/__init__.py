@@ -5,7 +5,7 @@ A tracker plugin contributes ``GeneralTracker`` subclasses through the
 name (or ``"all"``) and takes ``GeneralTracker`` instances as they are.
 """
 
-from accelkw_core.handlers.tracker import GeneralTracker, is_main_process, on_main_process
+from accelkw_core.contract.tracker import GeneralTracker, is_main_process, on_main_process
 from accelkw_core.tracking.selection import (
     ALL,
     LoggerType,

@@ -14,10 +14,10 @@ import os
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, TypeAlias
 
+from accelkw_core.contract.enums import ReferenceEnum
+from accelkw_core.contract.tracker import GeneralTracker
 from accelkw_core.discovery.catalog import tracker_install_hint
 from accelkw_core.errors import ConfigError, suggest
-from accelkw_core.handlers.enums import ReferenceEnum
-from accelkw_core.handlers.tracker import GeneralTracker
 
 if TYPE_CHECKING:
     from accelkw_core.discovery.registry import Registry

@@ -19,6 +19,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from accelkw_core.contract.contributions import ApplyLoaded, CheckpointOwner, StartsFresh
+from accelkw_core.contract.points import CHECKPOINT, MODEL_CHECKPOINT, MODEL_STATE
 from accelkw_core.errors import (
     CheckpointError,
     CheckpointLockedError,
@@ -32,8 +34,6 @@ from accelkw_core.runtime.checkpoints.lock import WriterLock
 from accelkw_core.runtime.checkpoints.manifest import read_manifest
 from accelkw_core.runtime.checkpoints.random_states import random_states, set_random_states
 from accelkw_core.runtime.checkpoints.save import recover_commit
-from accelkw_core.runtime.contributions import ApplyLoaded, CheckpointOwner, StartsFresh
-from accelkw_core.runtime.points import CHECKPOINT, MODEL_CHECKPOINT, MODEL_STATE
 
 if TYPE_CHECKING:
     from accelkw_core.runtime.state import AcceleratorState

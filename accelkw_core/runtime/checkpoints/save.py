@@ -18,6 +18,8 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from accelkw_core.contract.contributions import CheckpointOwner
+from accelkw_core.contract.points import CHECKPOINT, MODEL_CHECKPOINT, MODEL_STATE
 from accelkw_core.errors import CheckpointError
 from accelkw_core.runtime.checkpoints import durable
 from accelkw_core.runtime.checkpoints.agreement import (
@@ -39,8 +41,6 @@ from accelkw_core.runtime.checkpoints.lock import WriterLock, is_held
 from accelkw_core.runtime.checkpoints.manifest import Manifest
 from accelkw_core.runtime.checkpoints.project import is_complete
 from accelkw_core.runtime.checkpoints.random_states import random_states
-from accelkw_core.runtime.contributions import CheckpointOwner
-from accelkw_core.runtime.points import CHECKPOINT, MODEL_CHECKPOINT, MODEL_STATE
 
 if TYPE_CHECKING:
     from accelkw_core.runtime.state import AcceleratorState

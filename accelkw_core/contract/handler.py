@@ -7,12 +7,12 @@ import dataclasses
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any, ClassVar, Self
 
+from accelkw_core.contract.accelerate_env import AccelerateEnv, read_declared
 from accelkw_core.errors import ConfigError, suggest
-from accelkw_core.handlers.accelerate_env import AccelerateEnv, read_declared
 
 if TYPE_CHECKING:
-    from accelkw_core.handlers.plan import Plan
-    from accelkw_core.runtime.state import AcceleratorState
+    from accelkw_core.contract.plan import Plan
+    from accelkw_core.contract.state import AcceleratorState
 
 __all__ = ["KwargsHandler", "handler_field"]
 
@@ -48,7 +48,7 @@ class KwargsHandler:
 
     A handler is a ``@dataclass`` subclass with a default for every field, a registry ``name``
     (its config key), optional ``after`` (registry names it must be applied after) and
-    ``apply(state)``, which configures an :class:`~accelkw_core.runtime.state.AcceleratorState`.
+    ``apply(state)``, which configures an :class:`~accelkw_core.contract.state.AcceleratorState`.
 
     ``to_kwargs()`` keeps the reference semantics (the fields that differ from a default
     instance). ``explicit_kwargs()`` adds the fields passed to the constructor, so a value the
@@ -128,7 +128,7 @@ class KwargsHandler:
 
     def __post_init__(self) -> None:
         # Values set in code pass the same checks as config values; enum strings become members.
-        from accelkw_core.handlers.validation import check_instance
+        from accelkw_core.contract.validation import check_instance
 
         check_instance(self)
         self.check_values()
@@ -170,7 +170,7 @@ class KwargsHandler:
         Planning has no side effects: ``accelkw plan`` prints the plan, and :meth:`apply`
         carries out the same plan. Override it; the default contributes nothing.
         """
-        from accelkw_core.handlers.plan import Plan
+        from accelkw_core.contract.plan import Plan
 
         return Plan(self.name or type(self).__name__).note("nothing to apply")
 
@@ -189,13 +189,13 @@ class KwargsHandler:
         ``strings=True`` also accepts text forms (``"true"``, ``"25"``, JSON lists and dicts),
         as read from environment variables. Raises :class:`~accelkw_core.errors.ConfigError`.
         """
-        from accelkw_core.handlers.validation import build_handler
+        from accelkw_core.contract.validation import build_handler
 
         return build_handler(cls, data, strings=strings)
 
     def validate(self) -> None:
         """Check the current field values as :meth:`from_mapping` would; raise ``ConfigError``."""
-        from accelkw_core.handlers.validation import check_instance
+        from accelkw_core.contract.validation import check_instance
 
         check_instance(self)
         self.check_values()

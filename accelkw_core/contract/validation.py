@@ -3,7 +3,7 @@
 Every field is checked against its annotation: ``bool``/``int``/``float``/``str``, ``Optional``
 and unions, ``Enum`` and ``Literal`` values (the member or its string value), ``timedelta``
 (seconds, or ``"90s"``/``"10m"``/``"1h"``), lists and dicts, and the ranges a field declares
-through :func:`~accelkw_core.handlers.base.handler_field`.
+through :func:`~accelkw_core.contract.handler.handler_field`.
 """
 
 from __future__ import annotations
@@ -14,8 +14,8 @@ import typing
 from collections.abc import Mapping
 from typing import Any, TypeVar
 
+from accelkw_core.contract.coercion import coerce, describe_type, parse_duration
 from accelkw_core.errors import ConfigError, Mismatch, suggest
-from accelkw_core.handlers.coercion import coerce, describe_type, parse_duration
 
 __all__ = [
     "build_handler",

@@ -1,6 +1,6 @@
 """``Plan``: what a handler would do on a state, and the one path by which apply does it.
 
-A handler's :meth:`~accelkw_core.handlers.base.KwargsHandler.plan` builds a :class:`Plan`
+A handler's :meth:`~accelkw_core.contract.handler.KwargsHandler.plan` builds a :class:`Plan`
 without side effects; ``accelkw plan`` prints it, and ``apply`` carries the same plan out. So
 what a user sees before a run is what the run does.
 """
@@ -12,8 +12,8 @@ from collections.abc import Callable, Iterable
 from typing import TYPE_CHECKING, Any, NamedTuple, TypeVar, overload
 
 if TYPE_CHECKING:
-    from accelkw_core.runtime.points import ExtensionPoint
-    from accelkw_core.runtime.state import AcceleratorState
+    from accelkw_core.contract.points import ExtensionPoint
+    from accelkw_core.contract.state import AcceleratorState
 
 T = TypeVar("T")
 
@@ -103,7 +103,7 @@ class Plan:
         names.
         """
         if isinstance(point, str):
-            from accelkw_core.runtime.points import POINTS, constant_name
+            from accelkw_core.contract.points import POINTS, constant_name
 
             if point in POINTS:
                 warnings.warn(

@@ -1,6 +1,6 @@
 """What a contribution to each extension point is: the callable types and protocols of the points.
 
-Each constant of :mod:`accelkw_core.runtime.points` is an ``ExtensionPoint[T]`` whose ``T`` is one
+Each constant of :mod:`accelkw_core.contract.points` is an ``ExtensionPoint[T]`` whose ``T`` is one
 of these types, so ``plan.contribute(MODEL_WRAPPER, value, ...)`` is checked by ``mypy``: a value
 that is not a ``ModelWrapper`` is a type error in the plugin, not a failure in a user's run.
 
@@ -13,12 +13,12 @@ from collections.abc import Callable, Mapping, Sequence
 from contextlib import AbstractContextManager
 from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 
-from accelkw_core.runtime.stepping import AfterStep, AroundStep
+from accelkw_core.contract.step import AfterStep, AroundStep
 
 if TYPE_CHECKING:
     import torch
 
-    from accelkw_core.runtime.checkpoints.files import CheckpointReader, CheckpointWriter
+    from accelkw_core.contract.checkpoint_io import CheckpointReader, CheckpointWriter
 
 __all__ = [
     "AccumulationPolicy",

@@ -1,4 +1,4 @@
-"""Coercion of one value to one annotation, used by :mod:`accelkw_core.handlers.validation`.
+"""Coercion of one value to one annotation, used by :mod:`accelkw_core.contract.validation`.
 
 Supports ``bool``/``int``/``float``/``str``, ``Optional`` and unions, ``Enum`` and ``Literal``
 values, ``timedelta``, lists, dicts and callables. A mismatch raises :class:`Mismatch` with a

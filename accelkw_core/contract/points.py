@@ -1,9 +1,9 @@
 """The extension points: where a handler takes part in a run, each typed and with a declared cardinality.
 
 A handler contributes to a point from its plan (:meth:`Plan.contribute
-<accelkw_core.handlers.plan.Plan.contribute>`) by its constant: ``plan.contribute(MODEL_WRAPPER,
+<accelkw_core.contract.plan.Plan.contribute>`) by its constant: ``plan.contribute(MODEL_WRAPPER,
 wrap, "...")``. Each constant is an ``ExtensionPoint[T]``, ``T`` the type of a contribution
-(:mod:`accelkw_core.runtime.contributions`), so ``mypy`` checks what a plugin contributes. The
+(:mod:`accelkw_core.contract.contributions`), so ``mypy`` checks what a plugin contributes. The
 runtime reads every point generically and knows no handler by name. The built-in handlers use
 these points and nothing else, exactly as a third party's handler does.
 
@@ -28,7 +28,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, Generic, TypeVar
 
-from accelkw_core.runtime.contributions import (
+from accelkw_core.contract.contributions import (
     AccumulationPolicy,
     AfterStep,
     AroundStep,
