@@ -146,7 +146,7 @@ class Tracer(KwargsHandler):
     tag: str = handler_field("t", doc="a label for the calls")
 
     def plan(self, state: Any) -> Plan:
-        calls: list[str] = state.extras.setdefault("calls", [])
+        calls: list[str] = []
         tag = self.tag
 
         class Context:
@@ -168,13 +168,15 @@ class Tracer(KwargsHandler):
         plan.contribute(OPTIMIZER_WRAPPER, lambda o: calls.append("wrap-opt") or o, "opt")
         plan.contribute(AROUND_STEP, around, "around the step")
         plan.contribute(AFTER_STEP, lambda s: calls.append(f"after:{s.index}"), "after")
-        return plan
+        return plan.contribute(
+            ATTRIBUTE, calls, "accelerator.extra('calls', list): the calls", key="calls"
+        )
 
 
 def test_the_runtime_reads_every_point_generically() -> None:
     registry = isolated_registry([plugin_of(Tracer)])
     acc = Accelerator(cpu=True, registry=registry)
-    calls = acc.state.extras["calls"]
+    calls = acc.extra("calls", list)
     model = torch.nn.Linear(2, 1, bias=False)
     torch.nn.init.ones_(model.weight)
     loader = torch.utils.data.DataLoader(torch.utils.data.TensorDataset(torch.ones(4, 2)))
@@ -363,7 +365,7 @@ def test_a_handler_written_before_plans_still_applies_and_plans_show_its_describ
         name: ClassVar[str] = "legacy"
 
         def apply(self, state: Any) -> None:
-            state.extras["legacy"] = True
+            state.contribute(ATTRIBUTE, self.name, True)
             state.record(self.name, "did it")
 
         def describe(self, state: Any) -> str:
@@ -371,7 +373,7 @@ def test_a_handler_written_before_plans_still_applies_and_plans_show_its_describ
 
     state = make_state()
     compose(state, [Legacy()], registry=isolated_registry(), include_defaults=False)
-    assert state.extras["legacy"] and state.messages("legacy") == ["did it"]
+    assert state.keyed(ATTRIBUTE)["legacy"] and state.messages("legacy") == ["did it"]
     assert plan_handler("legacy", Legacy(), make_state()).summary == "would do it"
 
 

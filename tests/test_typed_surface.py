@@ -11,7 +11,7 @@ import pytest
 from mypy import api as mypy_api
 
 from accelkw_core import Accelerator, AccelkwError, ComposeError
-from accelkw_core.plugin import KwargsHandler, Plan
+from accelkw_core.plugin import ATTRIBUTE, KwargsHandler, Plan
 from accelkw_core.testing import isolated_registry, plugin_of
 
 
@@ -26,7 +26,7 @@ class MeterKwargs(KwargsHandler):
     key: str = "meter"
 
     def plan(self, state: Any) -> Plan:
-        return Plan(self.name).contribute("attribute", Meter(), "a meter", key=self.key)
+        return Plan(self.name).contribute(ATTRIBUTE, Meter(), "a meter", key=self.key)
 
 
 def make(*handlers: KwargsHandler) -> Accelerator:
