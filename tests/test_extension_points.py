@@ -37,6 +37,7 @@ from accelkw_core.plugin import (
     OPTIMIZER_WRAPPER,
     POINTS,
     PROFILER,
+    TEARDOWN,
     ExtensionPoint,
     KwargsHandler,
     Plan,
@@ -80,6 +81,38 @@ def test_two_contributions_to_a_point_of_cardinality_one_fail_naming_both() -> N
     assert "code passed directly, no distribution" in message  # both registered in code
     assert info.value.first[0] == "first_scaler" and info.value.second[0] == "second_scaler"
     assert state.contributions(BACKWARD) == [] and state.handlers == {}  # rolled back
+
+
+@pytest.mark.parametrize("point", [p for p in POINTS.values() if p.cardinality == "one"])
+def test_every_point_of_cardinality_one_refuses_a_second_contribution_whatever_its_key(
+    point: ExtensionPoint[Any],
+) -> None:
+    # Keys mean nothing to a point of cardinality one: the runtime reads one value, so a second
+    # under another key would be ignored in silence. Both plugins are named.
+    state = make_state()
+    state.distributions.update({"first": "acme-first", "second": "acme-second"})
+    state.contribute(point, "first", object(), key="a")
+    with pytest.raises(PointConflictError) as info:
+        state.contribute(point, "second", object(), key="b")
+    assert info.value.first == ("first", "acme-first")
+    assert info.value.second == ("second", "acme-second")
+    assert f"extension point {point.name!r} takes one contribution" in str(info.value)
+    assert "'first' (acme-first) and 'second' (acme-second)" in str(info.value)
+    assert len(state.contributions(point)) == 1
+
+
+def test_teardown_is_a_point_like_the_others() -> None:
+    state = make_state()
+    ran: list[str] = []
+    plan = Plan("undoer").contribute(TEARDOWN, lambda: ran.append("planned"), "undo it")
+    plan.carry_out(state)
+    state.contribute(TEARDOWN, "undoer", lambda: ran.append("from an action"))
+    assert [c.handler for c in state.contributions(TEARDOWN)] == ["undoer", "undoer"]
+    assert len(state.values(TEARDOWN)) == 2 and len(state.teardowns) == 2
+    assert state.run_teardowns() == []
+    assert ran == ["from an action", "planned"]  # a stack: the last contributed runs first
+    assert state.contributions(TEARDOWN) == [] and not hasattr(state, "add_teardown")
+    assert not hasattr(state, "extras")
 
 
 def test_a_conflict_names_the_distributions_of_installed_handlers() -> None:
