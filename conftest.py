@@ -22,13 +22,3 @@ def _no_autocast_left_on() -> Iterator[None]:
     leaked = torch.is_autocast_enabled("cpu") != before
     torch.set_autocast_enabled("cpu", before)
     assert not leaked, "the test left CPU autocast switched on"
-
-
-def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    """Cases marked ``slow`` run only when ``-m`` names it, so the default run (CI) stays short."""
-    if "slow" in (config.getoption("-m") or ""):
-        return
-    skip = pytest.mark.skip(reason="slow: run with -m slow")
-    for item in items:
-        if item.get_closest_marker("slow") is not None:
-            item.add_marker(skip)

@@ -30,6 +30,7 @@ __all__ = [
     "RequirementError",
     "ScaffoldError",
     "UnknownHandlerError",
+    "UnsupportedAnnotationError",
     "WorkerFailed",
     "suggest",
 ]
@@ -94,6 +95,24 @@ class ConfigError(AccelkwError, ValueError):
             self.expected,
             suggestion=self.suggestion,
             source=source,
+        )
+
+
+class UnsupportedAnnotationError(AccelkwError, TypeError):
+    """A handler field's annotation is one validation cannot check values against.
+
+    Carries ``handler``, ``field`` and ``annotation`` (how it reads). A mistake in the handler's
+    code, not in a user's value: configuration for that field could not be checked, so the
+    handler is refused rather than passing values through unchecked.
+    """
+
+    def __init__(self, handler: str, field: str, annotation: str, supported: str) -> None:
+        self.handler = handler
+        self.field = field
+        self.annotation = annotation
+        super().__init__(
+            f"{handler}.{field}: annotation {annotation} cannot be checked; annotate it with "
+            f"{supported}"
         )
 
 

@@ -5,8 +5,8 @@ What training scripts import from ``accelerate.utils``: the core's utilities (``
 ...), re-exported from the modules that define them, and the handler classes. Handler classes
 live in their plugin packages; this module imports them on first access, so
 ``import accelkw_core.utils`` stays cheap (no torch) and a missing plugin fails with the
-distribution to install. A third-party handler class is found by its class name through the
-registry. docs/migrating.md lists every name and where it lives.
+distribution to install. Only these names are served: a third-party handler class is imported
+from its own package. docs/migrating.md lists every name and where it lives.
 """
 
 from __future__ import annotations
@@ -205,20 +205,11 @@ def _lazy(name: str) -> Any:
         value = getattr(module, name)
         globals()[name] = value
         return value
-    found = _registered_class(name)
-    if found is not None:
-        return found
-    raise AttributeError(f"module 'accelkw_core.utils' has no attribute {name!r}")
-
-
-def __dir__() -> list[str]:
-    return sorted(__all__)
-
-
-def _registered_class(name: str) -> type[KwargsHandler] | None:
-    from accelkw_core.discovery.registry import get_registry
-
-    for info in get_registry().handlers().values():
-        if info.cls.__name__ == name:
-            return info.cls
-    return None
+    # Only the catalog's names: an unknown one is a typo or a third party's class, which is
+    # imported from its own package. Nothing is loaded to look for it.
+    raise AttributeError(
+        f"module 'accelkw_core.utils' has no attribute {name!r}; it serves the names Accelerate's "
+        f"utils has (docs/migrating.md) and a third-party handler class is imported from its "
+        f"own package",
+        name=name,
+    )

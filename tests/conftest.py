@@ -140,6 +140,17 @@ def fresh_registry() -> Callable[..., Any]:
     undo()
 
 
+@pytest.fixture(scope="session")
+def mypy_cache_dir() -> Path:
+    """The cache every test's mypy run shares (they run on one xdist worker: group ``mypy``).
+
+    ``MYPY_CACHE_DIR`` when set (``.ci/run`` keeps it outside the clone, keyed on torch's
+    version, as mypy itself reads that variable), else the repository's ``.mypy_cache``: mypy
+    follows torch, which takes minutes to read cold and seconds warm.
+    """
+    return Path(os.environ.get("MYPY_CACHE_DIR") or REPO / ".mypy_cache")
+
+
 @pytest.fixture(autouse=True, scope="session")
 def _private_cache_home(tmp_path_factory: pytest.TempPathFactory) -> Any:
     """Keep the entry-point cache of every test process out of the user's ~/.cache."""

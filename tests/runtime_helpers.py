@@ -26,6 +26,7 @@ from accelkw_core.plugin import (
     CHECKPOINT,
     FORWARD_CONTEXT,
     MODEL_WRAPPER,
+    TEARDOWN,
     KwargsHandler,
     Plan,
     StepContext,
@@ -132,7 +133,7 @@ class GroupKwargs(KwargsHandler):
             world_size=state.world_size,
             timeout=timedelta(seconds=self.timeout_s),
         )
-        state.add_teardown(self.name, dist.destroy_process_group)
+        state.contribute(TEARDOWN, self.name, dist.destroy_process_group)
 
 
 @dataclass
@@ -182,8 +183,11 @@ class KnobsKwargs(KwargsHandler):
         return Plan(self.name).run(self._count_teardowns, f"level {self.level}")
 
     def _count_teardowns(self, state: Any) -> None:
-        counts = state.extras.setdefault("teardowns", [])
-        state.add_teardown(self.name, lambda: counts.append(self.name))
+        state.contribute(TEARDOWN, self.name, lambda: TEARDOWNS_RUN.append(self.name))
+
+
+#: The handlers whose ``KnobsKwargs``-style teardown ran, in order (tests clear it).
+TEARDOWNS_RUN: list[str] = []
 
 
 @hookimpl

@@ -15,7 +15,7 @@ import runtime_helpers as rh
 
 from accelkw_core import Accelerator, AccelkwError, HandlerApplyError, KwargsHandler
 from accelkw_core.errors import MissingPluginWarning
-from accelkw_core.plugin import MODEL_WRAPPER, PROFILER, Plan
+from accelkw_core.plugin import MODEL_WRAPPER, PROFILER, TEARDOWN, Plan
 from accelkw_core.runtime.accelerator import NoProfiler
 from accelkw_core.testing import modules_loaded_by
 
@@ -214,11 +214,12 @@ def test_gather_and_reduce_in_one_process() -> None:
 
 
 def test_end_training_runs_every_teardown_once_and_works_as_a_context_manager() -> None:
+    rh.TEARDOWNS_RUN.clear()
     with make() as acc:
         pass
-    assert acc.state.extras["teardowns"] == ["knobs"]
+    assert rh.TEARDOWNS_RUN == ["knobs"]
     acc.end_training()
-    assert acc.state.extras["teardowns"] == ["knobs"]
+    assert rh.TEARDOWNS_RUN == ["knobs"]
 
 
 def test_a_failing_teardown_is_reported_not_raised() -> None:
@@ -227,7 +228,7 @@ def test_a_failing_teardown_is_reported_not_raised() -> None:
     def boom() -> None:
         raise RuntimeError("gone")
 
-    acc.state.add_teardown("knobs", boom)
+    acc.state.contribute(TEARDOWN, "knobs", boom)
     with pytest.warns(UserWarning, match="teardown of handler 'knobs' failed: RuntimeError: gone"):
         acc.end_training()
 
@@ -240,7 +241,7 @@ def test_a_handler_failing_in_apply_undoes_the_others() -> None:
         name: ClassVar[str] = "first"
 
         def apply(self, state):  # type: ignore[no-untyped-def]
-            state.add_teardown(self.name, lambda: undone.append(self.name))
+            state.contribute(TEARDOWN, self.name, lambda: undone.append(self.name))
 
     @dataclass
     class Boom(KwargsHandler):

@@ -35,8 +35,10 @@ class Halving(KwargsHandler):
         def backward(loss: Any, **kwargs: Any) -> None:
             (loss * 2).backward(**kwargs)
 
+        unscaled: list[Any] = []
+
         def unscale(optimizer: Any) -> None:
-            state.extras.setdefault("unscaled", []).append(optimizer)
+            unscaled.append(optimizer)
             for group in optimizer.param_groups:
                 for p in group["params"]:
                     if p.grad is not None:
@@ -48,6 +50,7 @@ class Halving(KwargsHandler):
         plan = Plan(self.name)
         plan.contribute(BACKWARD, backward, "losses doubled")
         plan.contribute(UNSCALE_GRADIENTS, unscale, "gradients halved before clipping")
+        plan.contribute(ATTRIBUTE, unscaled, "the optimizers unscaled", key="unscaled")
         return plan.contribute(AROUND_STEP, around, "odd steps skipped")
 
 
@@ -66,7 +69,7 @@ def test_the_unscale_gradients_point_is_called_for_every_prepared_optimizer() ->
     assert model.weight.grad.tolist() == [[6.0, 8.0]]  # scaled by 2
     norm = acc.clip_grad_norm_(model.parameters(), 1.0)
     assert float(norm) == pytest.approx(5.0)  # the true norm, after unscaling
-    assert acc.state.extras["unscaled"] == [opt.optimizer]
+    assert acc.extra("unscaled", list) == [opt.optimizer]
     acc.unscale_gradients(opt)
     acc.clip_grad_value_(model.parameters(), 0.1)
     assert model.weight.grad.tolist() == [[pytest.approx(0.1)] * 2]

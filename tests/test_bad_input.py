@@ -5,6 +5,7 @@ environment variable that is not one. Each is one ``ConfigError``-style line nam
 from __future__ import annotations
 
 import math
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -14,7 +15,7 @@ from accelkw_core.config.files import find_config, load_config
 from accelkw_core.contract.handler import KwargsHandler, handler_field
 from accelkw_core.contract.validation import build_handler
 from accelkw_core.discovery.hookspecs import hookimpl
-from accelkw_core.errors import ConfigError, ConfigFileError
+from accelkw_core.errors import ConfigError, ConfigFileError, UnsupportedAnnotationError
 from accelkw_core.facts.environment import env_int
 from tests.conftest import run_accelkw
 
@@ -128,3 +129,28 @@ def test_a_table_left_by_an_uninstalled_plugin_names_the_table_and_the_fix(tmp_p
         "expected an installed handler: clip; no installed plugin provides 'profile' (was it "
         "uninstalled?): pip install accelkw-profile, or remove the [handlers.profile] table"
     )
+
+
+@pytest.mark.parametrize(
+    ("annotation", "named"),
+    [
+        (Sequence[int], "Sequence"),
+        (list[Iterable[str]], "Iterable"),
+        (int | Mapping[str, int], "Mapping"),
+    ],
+)
+def test_an_annotation_validation_cannot_check_is_refused_naming_it(
+    annotation: object, named: str
+) -> None:
+    # A field validation cannot check would let any value through; the class is refused instead.
+    cls = type(
+        "OddKwargs", (KwargsHandler,), {"name": "odd", "__annotations__": {"items": annotation}}
+    )
+    cls.items = None  # type: ignore[attr-defined]
+    handler_cls = dataclass(cls)
+    with pytest.raises(UnsupportedAnnotationError) as info:
+        build_handler(handler_cls, {"items": [1, 2]})
+    err = info.value
+    assert (err.handler, err.field) == ("odd", "items") and named in err.annotation
+    assert str(err).startswith(f"odd.items: annotation {err.annotation} cannot be checked; ")
+    assert "Callable, Any or a class" in str(err)

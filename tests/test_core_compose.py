@@ -9,7 +9,7 @@ import pytest
 
 from accelkw_core import AcceleratorState, ComposeError, HandlerApplyError, KwargsHandler
 from accelkw_core.config.selection import order_handlers, resolve_handlers
-from accelkw_core.plugin import MODEL_WRAPPER, hookimpl
+from accelkw_core.plugin import ATTRIBUTE, MODEL_WRAPPER, TEARDOWN, hookimpl
 from accelkw_core.runtime.composition import compose
 from accelkw_core.testing import plugin_of
 
@@ -18,10 +18,10 @@ def handler(name: str, after: tuple[str, ...] = (), fail: bool = False) -> type[
     def apply(self: Any, state: AcceleratorState) -> None:
         if fail:
             raise RuntimeError(f"{name} cannot apply")
-        state.extras[name] = self.value
+        state.contribute(ATTRIBUTE, name, self.value)
         state.contribute(MODEL_WRAPPER, name, lambda m: m)
         state.record(name, f"value {self.value}")
-        state.add_teardown(name, lambda: state.extras.setdefault("undone", []).append(name))
+        state.contribute(TEARDOWN, name, lambda: None)
 
     cls = type(
         f"{name.title()}Kwargs", (KwargsHandler,), {"name": name, "after": after, "apply": apply}
@@ -37,7 +37,7 @@ def test_defaults_fill_in_every_enabled_installed_handler(fresh_registry: Any) -
     state = AcceleratorState(cpu=True)
     applied = compose(state, [A(value=3)], registry=reg)
     assert [type(h) for h in applied] == [A, B]
-    assert state.extras == {"alpha": 3, "beta": 0}
+    assert state.keyed(ATTRIBUTE) == {"alpha": 3, "beta": 0}
     assert state.summary() == ["alpha: value 3", "beta: value 0"]
     assert set(state.handlers) == {"alpha", "beta"}
     assert [type(h) for h in resolve_handlers([], registry=reg, disabled=["beta"])] == [A]
@@ -79,7 +79,7 @@ def test_unregistered_custom_handler_is_first_class(fresh_registry: Any) -> None
     state = AcceleratorState(cpu=True)
     applied = compose(state, [Custom(value=9)], registry=reg)
     assert [h.name for h in applied] == ["alpha", "custom"]
-    assert state.extras["custom"] == 9
+    assert state.keyed(ATTRIBUTE)["custom"] == 9
 
 
 def test_subclass_of_a_registered_handler_replaces_its_default(fresh_registry: Any) -> None:
@@ -126,7 +126,7 @@ def test_a_failing_apply_undoes_everything_before_it(fresh_registry: Any) -> Non
     reg = fresh_registry(plugin_of(A, B, C))
     state = AcceleratorState(cpu=True)
     undone: list[str] = []
-    state.add_teardown("outside", lambda: undone.append("outside"))
+    state.contribute(TEARDOWN, "outside", lambda: undone.append("outside"))
     with pytest.raises(HandlerApplyError) as info:
         compose(state, [], registry=reg)
     err = info.value
@@ -135,7 +135,8 @@ def test_a_failing_apply_undoes_everything_before_it(fresh_registry: Any) -> Non
     assert (
         "handler 'gamma'" in str(err) and "gamma cannot apply" in str(err) and "undone" in str(err)
     )
-    assert state.contributions(MODEL_WRAPPER) == [] and state.extras == {} and state.handlers == {}
+    assert state.contributions(MODEL_WRAPPER) == [] and state.keyed(ATTRIBUTE) == {}
+    assert state.handlers == {}
     assert undone == ["outside"]
     assert state.teardowns == []
 
@@ -143,12 +144,12 @@ def test_a_failing_apply_undoes_everything_before_it(fresh_registry: Any) -> Non
 def test_a_failing_teardown_does_not_stop_the_others(fresh_registry: Any) -> None:
     state = AcceleratorState(cpu=True)
     ran: list[str] = []
-    state.add_teardown("first", lambda: ran.append("first"))
+    state.contribute(TEARDOWN, "first", lambda: ran.append("first"))
 
     def broken() -> None:
         raise OSError("disk gone")
 
-    state.add_teardown("second", broken)
+    state.contribute(TEARDOWN, "second", broken)
     failures = state.run_teardowns()
     assert ran == ["first"]
     assert [(n, str(e)) for n, e in failures] == [("second", "disk gone")]
@@ -162,7 +163,7 @@ def test_state_ready_hook_sees_the_composed_state(fresh_registry: Any) -> None:
     class Watcher:
         @hookimpl
         def accelkw_state_ready(self, state: AcceleratorState) -> None:
-            seen.append(state.extras["alpha"])
+            seen.append(state.keyed(ATTRIBUTE)["alpha"])
 
     reg = fresh_registry(plugin_of(A), Watcher())
     compose(AcceleratorState(cpu=True), [A(value=5)], registry=reg)

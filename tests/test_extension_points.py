@@ -37,6 +37,7 @@ from accelkw_core.plugin import (
     OPTIMIZER_WRAPPER,
     POINTS,
     PROFILER,
+    TEARDOWN,
     ExtensionPoint,
     KwargsHandler,
     Plan,
@@ -80,6 +81,38 @@ def test_two_contributions_to_a_point_of_cardinality_one_fail_naming_both() -> N
     assert "code passed directly, no distribution" in message  # both registered in code
     assert info.value.first[0] == "first_scaler" and info.value.second[0] == "second_scaler"
     assert state.contributions(BACKWARD) == [] and state.handlers == {}  # rolled back
+
+
+@pytest.mark.parametrize("point", [p for p in POINTS.values() if p.cardinality == "one"])
+def test_every_point_of_cardinality_one_refuses_a_second_contribution_whatever_its_key(
+    point: ExtensionPoint[Any],
+) -> None:
+    # Keys mean nothing to a point of cardinality one: the runtime reads one value, so a second
+    # under another key would be ignored in silence. Both plugins are named.
+    state = make_state()
+    state.distributions.update({"first": "acme-first", "second": "acme-second"})
+    state.contribute(point, "first", object(), key="a")
+    with pytest.raises(PointConflictError) as info:
+        state.contribute(point, "second", object(), key="b")
+    assert info.value.first == ("first", "acme-first")
+    assert info.value.second == ("second", "acme-second")
+    assert f"extension point {point.name!r} takes one contribution" in str(info.value)
+    assert "'first' (acme-first) and 'second' (acme-second)" in str(info.value)
+    assert len(state.contributions(point)) == 1
+
+
+def test_teardown_is_a_point_like_the_others() -> None:
+    state = make_state()
+    ran: list[str] = []
+    plan = Plan("undoer").contribute(TEARDOWN, lambda: ran.append("planned"), "undo it")
+    plan.carry_out(state)
+    state.contribute(TEARDOWN, "undoer", lambda: ran.append("from an action"))
+    assert [c.handler for c in state.contributions(TEARDOWN)] == ["undoer", "undoer"]
+    assert len(state.values(TEARDOWN)) == 2 and len(state.teardowns) == 2
+    assert state.run_teardowns() == []
+    assert ran == ["from an action", "planned"]  # a stack: the last contributed runs first
+    assert state.contributions(TEARDOWN) == [] and not hasattr(state, "add_teardown")
+    assert not hasattr(state, "extras")
 
 
 def test_a_conflict_names_the_distributions_of_installed_handlers() -> None:
@@ -146,7 +179,7 @@ class Tracer(KwargsHandler):
     tag: str = handler_field("t", doc="a label for the calls")
 
     def plan(self, state: Any) -> Plan:
-        calls: list[str] = state.extras.setdefault("calls", [])
+        calls: list[str] = []
         tag = self.tag
 
         class Context:
@@ -168,13 +201,15 @@ class Tracer(KwargsHandler):
         plan.contribute(OPTIMIZER_WRAPPER, lambda o: calls.append("wrap-opt") or o, "opt")
         plan.contribute(AROUND_STEP, around, "around the step")
         plan.contribute(AFTER_STEP, lambda s: calls.append(f"after:{s.index}"), "after")
-        return plan
+        return plan.contribute(
+            ATTRIBUTE, calls, "accelerator.extra('calls', list): the calls", key="calls"
+        )
 
 
 def test_the_runtime_reads_every_point_generically() -> None:
     registry = isolated_registry([plugin_of(Tracer)])
     acc = Accelerator(cpu=True, registry=registry)
-    calls = acc.state.extras["calls"]
+    calls = acc.extra("calls", list)
     model = torch.nn.Linear(2, 1, bias=False)
     torch.nn.init.ones_(model.weight)
     loader = torch.utils.data.DataLoader(torch.utils.data.TensorDataset(torch.ones(4, 2)))
@@ -365,7 +400,7 @@ def test_a_handler_written_before_plans_still_applies_and_plans_show_its_describ
         name: ClassVar[str] = "legacy"
 
         def apply(self, state: Any) -> None:
-            state.extras["legacy"] = True
+            state.contribute(ATTRIBUTE, self.name, True)
             state.record(self.name, "did it")
 
         def describe(self, state: Any) -> str:
@@ -373,7 +408,7 @@ def test_a_handler_written_before_plans_still_applies_and_plans_show_its_describ
 
     state = make_state()
     compose(state, [Legacy()], registry=isolated_registry(), include_defaults=False)
-    assert state.extras["legacy"] and state.messages("legacy") == ["did it"]
+    assert state.keyed(ATTRIBUTE)["legacy"] and state.messages("legacy") == ["did it"]
     assert plan_handler("legacy", Legacy(), make_state()).summary == "would do it"
 
 

@@ -154,15 +154,29 @@ def test_a_missing_plugin_class_names_the_distribution_to_install(
         getattr(utils, name)
 
 
-def test_utils_serves_kwargs_handler_and_registered_third_party_classes(no_plugins: None) -> None:
+def test_utils_serves_only_its_catalog(no_plugins: None) -> None:
     from accelkw_core import KwargsHandler
-    from accelkw_core.utils import KnobsKwargs  # type: ignore[attr-defined]
     from accelkw_core.utils import KwargsHandler as Base
 
     assert Base is KwargsHandler
-    assert KnobsKwargs is rh.KnobsKwargs
-    with pytest.raises(ImportError, match="cannot import name 'NoSuchKwargs'"):
-        exec("from accelkw_core.utils import NoSuchKwargs", {})
+    # A registered third party's class is imported from its own package, not from utils.
+    assert rh.KnobsKwargs.__name__ == "KnobsKwargs"
+    for name in ("KnobsKwargs", "NoSuchKwargs"):
+        with pytest.raises(ImportError, match=f"cannot import name '{name}'"):
+            exec(f"from accelkw_core.utils import {name}", {})
+
+
+def test_an_unknown_utils_name_loads_no_plugin() -> None:
+    code = (
+        "import sys, accelkw_core.utils as u\n"
+        "try:\n    u.NoSuchKwargs\nexcept AttributeError as exc:\n    print(exc)\n"
+        "print(sorted(m for m in sys.modules if m.startswith('accelkw_') and "
+        "not m.startswith('accelkw_core')))"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    message, loaded = out.stdout.strip().splitlines()
+    assert "has no attribute 'NoSuchKwargs'" in message and "its own package" in message
+    assert loaded == "[]"
 
 
 def test_importing_utils_imports_no_plugin_and_no_torch() -> None:

@@ -33,7 +33,7 @@ from tests.conftest import good_plugin, run_accelkw, run_python, write_dist
 STICKY = """
     import os
     from dataclasses import dataclass
-    from accelkw_core.plugin import KwargsHandler, handler_field, hookimpl
+    from accelkw_core.plugin import TEARDOWN, KwargsHandler, handler_field, hookimpl
 
     @dataclass
     class StickyKwargs(KwargsHandler):
@@ -42,7 +42,9 @@ STICKY = """
 
         def apply(self, state):
             os.environ["ACCELKW_TEST_STICKY"] = self.value
-            state.add_teardown(self.name, lambda: os.environ.pop("ACCELKW_TEST_STICKY", None))
+            state.contribute(
+                TEARDOWN, self.name, lambda: os.environ.pop("ACCELKW_TEST_STICKY", None)
+            )
             state.record(self.name, "set ACCELKW_TEST_STICKY")
 
     @hookimpl
@@ -52,7 +54,7 @@ STICKY = """
 
 HANDLER_HEAD = """
     from dataclasses import dataclass
-    from accelkw_core.plugin import KwargsHandler, handler_field, hookimpl
+    from accelkw_core.plugin import TEARDOWN, KwargsHandler, handler_field, hookimpl
 """
 
 
@@ -180,7 +182,7 @@ KINDS: dict[str, Kind] = {
         size: int = handler_field(1, doc="size")
 
         def apply(self, state):
-            state.add_teardown(self.name, lambda: None)
+            state.contribute(TEARDOWN, self.name, lambda: None)
             raise RuntimeError("apply exploded")
 """,
             "Exploding",
@@ -204,7 +206,7 @@ KINDS: dict[str, Kind] = {
         def apply(self, state):
             def fail():
                 raise RuntimeError("teardown exploded")
-            state.add_teardown(self.name, fail)
+            state.contribute(TEARDOWN, self.name, fail)
             state.record(self.name, "applied")
 """,
             "BadTeardown",
@@ -251,7 +253,6 @@ ACCELERATOR_CHECK = """
         out["slots"] = {
             "contributions": sum(len(state.contributions(p)) for p in POINTS),
             "capabilities": len(state.capabilities),
-            "extras": len(state.extras),
             "handlers": len(state.handlers),
             "teardowns": len(state.teardowns),
         }
@@ -265,7 +266,6 @@ ACCELERATOR_CHECK = """
 EMPTY_SLOTS = {
     "contributions": 0,
     "capabilities": 0,
-    "extras": 0,
     "handlers": 0,
     "teardowns": 0,
 }

@@ -139,7 +139,9 @@ def test_generated_pyproject_declares_the_entry_point_and_core_dependency() -> N
     assert project["dependencies"][0] == f"accelkw-core>={core.major}.{core.minor},<" + (
         f"{core.major}.{core.minor + 1}" if core.major == 0 else f"{core.major + 1}"
     )
-    assert "tool" not in data or set(data["tool"]) == {"setuptools"}
+    assert project["dependencies"][1] == "torch>=2.1"  # the handler's types come from torch
+    assert set(data["tool"]) == {"setuptools", "mypy"}
+    assert data["tool"]["mypy"]["strict"] is True  # as its users' type checkers run
 
 
 def test_generated_sources_are_valid_python_with_no_torch_import() -> None:

@@ -14,7 +14,7 @@ import pytest
 
 from accelkw_core import AcceleratorState, ConfigError, HandlerApplyError, KwargsHandler
 from accelkw_core.contract.points import POINTS
-from accelkw_core.plugin import handler_field, hookimpl
+from accelkw_core.plugin import TEARDOWN, handler_field, hookimpl
 from accelkw_core.testing import (
     WorkerFailed,
     applied,
@@ -42,7 +42,7 @@ class FirstKwargs(KwargsHandler):
 
     def apply(self, state: AcceleratorState) -> None:
         GLOBAL_SETTINGS["first"] = self.value
-        state.add_teardown(self.name, lambda: GLOBAL_SETTINGS.pop("first", None))
+        state.contribute(TEARDOWN, self.name, lambda: GLOBAL_SETTINGS.pop("first", None))
         state.record(self.name, f"set first={self.value}")
 
 
@@ -195,7 +195,7 @@ def test_applied_reports_a_failing_teardown() -> None:
         name: ClassVar[str] = "bad_undo"
 
         def apply(self, state: AcceleratorState) -> None:
-            state.add_teardown(self.name, lambda: 1 / 0)
+            state.contribute(TEARDOWN, self.name, lambda: 1 / 0)
 
     with pytest.raises(AssertionError, match="bad_undo: ZeroDivisionError"), applied(BadUndo()):
         pass

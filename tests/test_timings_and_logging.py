@@ -12,7 +12,7 @@ from typing import Any, ClassVar
 import pytest
 
 from accelkw_core import Accelerator, ConfigError
-from accelkw_core.plugin import KwargsHandler, Plan, hookimpl
+from accelkw_core.plugin import TEARDOWN, KwargsHandler, Plan, hookimpl
 from accelkw_core.testing import isolated_registry
 from tests.conftest import run_accelkw, run_python
 
@@ -24,7 +24,7 @@ class Slow(KwargsHandler):
     def plan(self, state: Any) -> Plan:
         def work(state: Any) -> None:
             time.sleep(0.02)
-            state.add_teardown(self.name, lambda: time.sleep(0.01))
+            state.contribute(TEARDOWN, self.name, lambda: time.sleep(0.01))
 
         return Plan(self.name).run(work, "sleeps a while")
 

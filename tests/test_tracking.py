@@ -281,6 +281,31 @@ def test_a_third_party_tracker_from_an_installed_distribution(site: Path) -> Non
     assert used.stdout.splitlines()[0] == "acme demo 1 {'loss': 0.5}"
 
 
+BROKEN_TRACKER = """
+    raise ImportError("acme_sdk is missing")
+"""
+
+
+def test_a_tracker_plugin_that_failed_to_load_is_reported_with_its_error(site: Path) -> None:
+    write_dist(site, "acme-tracker", {"acme": "acme_tracker"}, {"acme_tracker.py": BROKEN_TRACKER})
+    env = {"ACCELKW_PLUGINS": "acme", "XDG_CACHE_HOME": str(site.parent / "cache")}
+    used = run_python(
+        """
+        from accelkw_core import Accelerator
+        Accelerator(cpu=True, log_with="acme")
+        """,
+        site=site,
+        env=env,
+    )
+    assert used.returncode == 1
+    last = used.stderr.strip().splitlines()[-1]
+    assert (
+        "the plugin 'acme' from acme-tracker is installed but failed: ImportError: "
+        "acme_sdk is missing" in last
+    ), used.stderr
+    assert "install the plugin" not in last
+
+
 def test_two_distributions_claiming_one_tracker_name_conflict(site: Path) -> None:
     write_dist(site, "acme-one", {"one": "acme_one"}, {"acme_one.py": THIRD_PARTY})
     write_dist(site, "acme-two", {"two": "acme_two"}, {"acme_two.py": THIRD_PARTY})

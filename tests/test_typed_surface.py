@@ -11,7 +11,7 @@ import pytest
 from mypy import api as mypy_api
 
 from accelkw_core import Accelerator, AccelkwError, ComposeError
-from accelkw_core.plugin import KwargsHandler, Plan
+from accelkw_core.plugin import ATTRIBUTE, KwargsHandler, Plan
 from accelkw_core.testing import isolated_registry, plugin_of
 
 
@@ -26,7 +26,7 @@ class MeterKwargs(KwargsHandler):
     key: str = "meter"
 
     def plan(self, state: Any) -> Plan:
-        return Plan(self.name).contribute("attribute", Meter(), "a meter", key=self.key)
+        return Plan(self.name).contribute(ATTRIBUTE, Meter(), "a meter", key=self.key)
 
 
 def make(*handlers: KwargsHandler) -> Accelerator:
@@ -57,7 +57,10 @@ def test_a_contribution_named_like_an_accelerator_attribute_is_an_error_naming_b
         make(MeterKwargs(key="device"))
 
 
-def test_mypy_strict_catches_a_misspelt_accelerator_attribute(tmp_path: Path) -> None:
+@pytest.mark.xdist_group("mypy")
+def test_mypy_strict_catches_a_misspelt_accelerator_attribute(
+    tmp_path: Path, mypy_cache_dir: Path
+) -> None:
     script = tmp_path / "train.py"
     script.write_text(
         textwrap.dedent(
@@ -71,15 +74,16 @@ def test_mypy_strict_catches_a_misspelt_accelerator_attribute(tmp_path: Path) ->
         )
     )
     out, _, status = mypy_api.run(
-        ["--strict", "--no-error-summary", "--cache-dir", str(tmp_path / "cache"), str(script)]
+        ["--strict", "--no-error-summary", "--cache-dir", str(mypy_cache_dir), str(script)]
     )
     assert status == 1
     assert out.count("error:") == 1, out
     assert '"Accelerator" has no attribute "num_proceses"' in out
 
 
+@pytest.mark.xdist_group("mypy")
 def test_mypy_strict_catches_misspelt_names_from_the_core_and_types_the_reference_classes(
-    tmp_path: Path,
+    tmp_path: Path, mypy_cache_dir: Path
 ) -> None:
     # Both modules look names up lazily at run time; type checkers see their imports instead,
     # so a misspelt name is an error and a handler class from accelkw_core.utils is its class.
@@ -98,7 +102,7 @@ def test_mypy_strict_catches_misspelt_names_from_the_core_and_types_the_referenc
         )
     )
     out, _, status = mypy_api.run(
-        ["--strict", "--no-error-summary", "--cache-dir", str(tmp_path / "cache"), str(script)]
+        ["--strict", "--no-error-summary", "--cache-dir", str(mypy_cache_dir), str(script)]
     )
     assert status == 1
     assert out.count("error:") == 4, out

@@ -8,8 +8,8 @@ reader's description of what was expected; the caller turns it into a ``ConfigEr
 from __future__ import annotations
 
 import enum
-import importlib
 import json
+import pkgutil
 import re
 import sys
 import types
@@ -19,11 +19,23 @@ from datetime import timedelta
 from typing import Any
 
 from accelkw_core.errors import Mismatch
+from accelkw_core.facts.environment import FALSE_WORDS, TRUE_WORDS
 
-__all__ = ["Mismatch", "coerce", "describe_type", "parse_duration"]
+__all__ = [
+    "SUPPORTED",
+    "Mismatch",
+    "coerce",
+    "describe_type",
+    "parse_duration",
+    "unsupported_annotation",
+]
 
-_TRUE = {"true", "1", "yes", "on"}
-_FALSE = {"false", "0", "no", "off"}
+#: What :func:`coerce` checks values against (what :func:`unsupported_annotation` accepts).
+SUPPORTED = (
+    "bool, int, float, str, None, a union, Literal, an Enum, timedelta, list/tuple/set of a "
+    "supported type, dict of supported types, Callable, Any or a class"
+)
+
 _DURATION = re.compile(r"(\d+(?:\.\d+)?)\s*(ms|s|m|h|d)", re.IGNORECASE)
 _UNIT_SECONDS = {"ms": 0.001, "s": 1.0, "m": 60.0, "h": 3600.0, "d": 86400.0}
 
@@ -55,6 +67,30 @@ def describe_type(tp: Any) -> str:
     if tp is Callable or origin is Callable:
         return "Callable"
     return getattr(tp, "__name__", str(tp))
+
+
+def unsupported_annotation(tp: Any) -> Any | None:
+    """The part of annotation ``tp`` that :func:`coerce` does not know, or ``None``.
+
+    ``Sequence[int]`` or a ``TypeVar`` would otherwise let any value through unchecked.
+    """
+    if tp is Any or tp is object or tp is None or tp is type(None) or tp is Ellipsis:
+        return None
+    origin = typing.get_origin(tp)
+    args = typing.get_args(tp)
+    if origin is typing.Literal:
+        return None
+    if tp is Callable or origin is Callable or getattr(origin, "__name__", "") == "Callable":
+        return None
+    if origin in (typing.Union, types.UnionType, list, tuple, set, frozenset, dict):
+        for arg in args:
+            inner = unsupported_annotation(arg)
+            if inner is not None:
+                return inner
+        return None
+    if origin is None and isinstance(tp, type):
+        return None  # a class: bool, int, enums, timedelta, or an isinstance check
+    return tp
 
 
 def _plain(value: Any) -> Any:
@@ -244,9 +280,9 @@ def _coerce_bool(value: Any, strings: bool) -> bool:
         return value
     if strings and isinstance(value, str):
         low = value.strip().lower()
-        if low in _TRUE:
+        if low in TRUE_WORDS:
             return True
-        if low in _FALSE:
+        if low in FALSE_WORDS:
             return False
     raise Mismatch(_expected(bool))
 
@@ -330,11 +366,8 @@ def _coerce_callable(value: Any, trusted: bool, imp: bool) -> Any:
     if trusted and callable(value):
         return value
     if imp and isinstance(value, str) and ":" in value:
-        module_name, _, attr = value.partition(":")
         try:
-            obj: Any = importlib.import_module(module_name)
-            for part in attr.split("."):
-                obj = getattr(obj, part)
+            obj: Any = pkgutil.resolve_name(value)
         except Exception as exc:
             raise Mismatch(
                 f"an importable 'module:attribute' ({type(exc).__name__}: {exc})"

@@ -9,13 +9,12 @@ from __future__ import annotations
 
 import warnings
 from collections.abc import Callable, Iterable
-from typing import TYPE_CHECKING, Any, NamedTuple, TypeVar, overload
+from typing import TYPE_CHECKING, Any, NamedTuple, ParamSpec, Protocol
 
 if TYPE_CHECKING:
-    from accelkw_core.contract.points import ExtensionPoint
     from accelkw_core.contract.state import AcceleratorState
 
-T = TypeVar("T")
+P = ParamSpec("P")
 
 __all__ = ["Plan", "PlanStep"]
 
@@ -41,6 +40,15 @@ class PlanStep(NamedTuple):
         return self.point is not None or self.action is not None
 
 
+class _StepMaker(Protocol[P]):
+    """What ``Plan.contribute`` takes first: an extension point, which makes the step from the
+    arguments after it (:meth:`ExtensionPoint.step
+    <accelkw_core.contract.points.ExtensionPoint.step>`). Through ``P`` the point alone decides
+    what those arguments must be."""
+
+    def step(self, *args: P.args, **kwargs: P.kwargs) -> PlanStep: ...
+
+
 class Plan:
     """The steps a handler takes on a state, in order; built by ``plan()``, run by ``apply()``.
 
@@ -62,62 +70,51 @@ class Plan:
         self.handler = handler
         self.steps: list[PlanStep] = []
 
-    @overload
-    def contribute(
-        self,
-        point: ExtensionPoint[T],
-        value: T,
-        message: str,
-        *,
-        key: str | None = None,
-        provides: Iterable[str] = (),
-    ) -> Plan: ...
+    def contribute(self, point: _StepMaker[P], /, *args: P.args, **kwargs: P.kwargs) -> Plan:
+        """Contribute a value to an extension point when applied:
+        ``plan.contribute(POINT, value, message, key=None, provides=())``.
 
-    @overload
-    def contribute(
-        self,
-        point: str,
-        value: Any,
-        message: str,
-        *,
-        key: str | None = None,
-        provides: Iterable[str] = (),
-    ) -> Plan: ...
+        ``POINT`` is a constant of :mod:`accelkw_core.plugin` (``MODEL_WRAPPER``, ...), an
+        ``ExtensionPoint[T]``; the arguments after it are those of :meth:`ExtensionPoint.step
+        <accelkw_core.contract.points.ExtensionPoint.step>`, whose ``value`` the point types, so
+        ``mypy`` reports a wrong value as "expected <the point's T>". ``message`` says what the
+        contribution does; ``key``: the key of a keyed point (default: the handler's name);
+        ``provides`` names capabilities this gives the run (``"gradient_sync"``), which the
+        runtime's gap checks ask for instead of handler names.
 
-    def contribute(
-        self,
-        point: ExtensionPoint[Any] | str,
-        value: Any,
-        message: str,
-        *,
-        key: str | None = None,
-        provides: Iterable[str] = (),
-    ) -> Plan:
-        """Contribute ``value`` to extension ``point`` when applied; ``message`` says what it does.
-
-        ``point`` is a constant of :mod:`accelkw_core.plugin` (``MODEL_WRAPPER``, ...), so the
-        type checker checks ``value``. A point's name (``"model_wrapper"``) still works until
-        0.4, with a ``DeprecationWarning`` naming the constant. ``key``: the key of a keyed
-        point (default: the handler's name). ``provides`` names capabilities this gives the
-        run (``"gradient_sync"``), which the runtime's gap checks ask for instead of handler
-        names.
+        A point's name (``"model_wrapper"``) still runs until 0.4, with a
+        ``DeprecationWarning`` naming the constant, but is not typed: a type checker reports it.
         """
         if isinstance(point, str):
-            from accelkw_core.contract.points import POINTS, constant_name
-
-            if point in POINTS:
-                warnings.warn(
-                    f"plan.contribute({point!r}, ...) in handler {self.handler!r}: extension "
-                    f"points given by name are deprecated and stop working in accelkw 0.4; "
-                    f"use the constant: from accelkw_core.plugin import {constant_name(point)}",
-                    DeprecationWarning,
-                    stacklevel=2,
-                )
-            name = point
+            # The deprecated form is untyped on purpose (see above): its arguments are checked
+            # at run time by _named_step's signature.
+            named: Callable[..., PlanStep] = self._named_step
+            self.steps.append(named(point, *args, **kwargs))
         else:
-            name = point.name
-        self.steps.append(PlanStep(message, name, value, key, None, tuple(provides)))
+            self.steps.append(point.step(*args, **kwargs))
         return self
+
+    def _named_step(
+        self,
+        name: str,
+        value: object,
+        message: str,
+        /,
+        *,
+        key: str | None = None,
+        provides: Iterable[str] = (),
+    ) -> PlanStep:
+        from accelkw_core.contract.points import POINTS, constant_name
+
+        if name in POINTS:
+            warnings.warn(
+                f"plan.contribute({name!r}, ...) in handler {self.handler!r}: extension "
+                f"points given by name are deprecated and stop working in accelkw 0.4; "
+                f"use the constant: from accelkw_core.plugin import {constant_name(name)}",
+                DeprecationWarning,
+                stacklevel=3,
+            )
+        return PlanStep(message, name, value, key, None, tuple(provides))
 
     def run(
         self,

@@ -25,6 +25,7 @@ adds to them) or belong to the ``loop`` (``accumulation``, ``profiler``).
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any, Generic, TypeVar
 
@@ -46,6 +47,7 @@ from accelkw_core.contract.contributions import (
     Teardown,
     Unscale,
 )
+from accelkw_core.contract.plan import PlanStep
 
 __all__ = [
     "ACCUMULATION",
@@ -80,10 +82,11 @@ ONE, MANY, KEYED, STACK = "one", "many", "keyed", "stack"
 ROLES = ("precision", "distribution", "shared", "loop")
 EVERY_RANK = "every rank"
 
-# Contravariant, as for anything that takes values in: ``contribute(point: ExtensionPoint[T],
-# value: T)`` then solves T from the value and checks it against the point's type, so a
-# subtype (a class implementing a protocol) passes and anything else is an error. Covariant,
-# T would widen to ``object`` and accept anything; invariant, a subtype would be refused.
+# Contravariant, as for anything that takes values in: a point of ``ModelWrapper`` accepts any
+# subtype (a class implementing a protocol). ``Plan.contribute`` takes its value through
+# :meth:`ExtensionPoint.step`, whose ``value: T`` is already bound by the point, so a wrong
+# contribution is reported against the point's own type ("expected Callable[[Module], Module]"),
+# never as a type variable mypy could not solve.
 T_contra = TypeVar("T_contra", contravariant=True)
 
 
@@ -106,6 +109,19 @@ class ExtensionPoint(Generic[T_contra]):
 
     def __str__(self) -> str:
         return self.name
+
+    def step(
+        self,
+        value: T_contra,
+        message: str,
+        /,
+        *,
+        key: str | None = None,
+        provides: Iterable[str] = (),
+    ) -> PlanStep:
+        """The plan step that contributes ``value`` to this point (what ``Plan.contribute``
+        appends); ``mypy`` checks ``value`` against ``T``."""
+        return PlanStep(message, self.name, value, key, None, tuple(provides))
 
 
 def constant_name(point: ExtensionPoint[Any] | str) -> str:

@@ -9,7 +9,6 @@ the state.
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Literal, NamedTuple, Protocol, TypeVar, overload
 
@@ -99,11 +98,6 @@ class AcceleratorState(Protocol):
         ...
 
     @property
-    def extras(self) -> dict[str, Any]:
-        """A handler's private data under its name; the runtime never reads it."""
-        ...
-
-    @property
     def log(self) -> list[LogEntry]:
         """What every handler did, or why it did nothing, in order."""
         ...
@@ -158,10 +152,6 @@ class AcceleratorState(Protocol):
 
     def provide(self, capability: str, handler: str) -> None:
         """Record that ``handler`` provides ``capability`` (``"gradient_sync"``, ...)."""
-        ...
-
-    def add_teardown(self, handler: str, fn: Callable[[], None]) -> None:
-        """Register ``fn`` to undo what ``handler`` did; teardowns run in reverse order."""
         ...
 
     def agree(self, flag: bool, *, how: Literal["any", "all"] = "any") -> bool:

@@ -14,8 +14,14 @@ import typing
 from collections.abc import Mapping
 from typing import Any, TypeVar
 
-from accelkw_core.contract.coercion import coerce, describe_type, parse_duration
-from accelkw_core.errors import ConfigError, Mismatch, suggest
+from accelkw_core.contract.coercion import (
+    SUPPORTED,
+    coerce,
+    describe_type,
+    parse_duration,
+    unsupported_annotation,
+)
+from accelkw_core.errors import ConfigError, Mismatch, UnsupportedAnnotationError, suggest
 
 __all__ = [
     "build_handler",
@@ -54,6 +60,11 @@ def field_specs(cls: type) -> dict[str, FieldSpec]:
     for f in dataclasses.fields(cls):
         if not f.init:
             continue
+        unknown = unsupported_annotation(hints.get(f.name, Any))
+        if unknown is not None:
+            raise UnsupportedAnnotationError(
+                handler_label(cls), f.name, describe_type(unknown), SUPPORTED
+            )
         if f.default is not dataclasses.MISSING:
             default = f.default
         elif f.default_factory is not dataclasses.MISSING:

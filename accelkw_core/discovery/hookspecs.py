@@ -71,8 +71,7 @@ def accelkw_state_ready(state: AcceleratorState) -> None:
     Only plugins whose handlers take part in the run hear it (a plugin whose handler is
     disabled does not); a plugin that contributes no handler always does.
 
-    :param state: the composed ``AcceleratorState``; read its facts and log, or add to
-        ``state.extras``.
+    :param state: the composed ``AcceleratorState``; read its facts, log and contributions.
 
     Example::
 

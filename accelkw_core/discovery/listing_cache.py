@@ -21,8 +21,9 @@ install's source is seen too. The next listing takes the stamp again (directory 
 ``stat`` calls, no metadata parsed) and, when it and the files are unchanged, prints the kept
 records without importing ``importlib_metadata``, ``packaging``, pluggy or any plugin.
 
-The file is ``$XDG_CACHE_HOME/accelkw/listing-<key>.json`` (``~/.cache/accelkw`` when
-``XDG_CACHE_HOME`` is unset), one per interpreter and group. ``accelkw plugins list --refresh``
+The file is ``listing-<key>.json`` in the user's cache folder for ``accelkw`` as ``platformdirs``
+names it (``$XDG_CACHE_HOME/accelkw``, else ``~/.cache/accelkw`` on Linux), one per interpreter
+and group. ``accelkw plugins list --refresh``
 always loads for real; ``ACCELKW_NO_CACHE=1`` turns the cache off. A file that cannot be read
 or written is ignored: the real listing is always the fallback. A folder on ``sys.path`` that
 holds no distribution is not in the stamp (so scripts in different folders share one file), and
@@ -65,16 +66,17 @@ class Snapshot:
 
 
 def cache_dir(env: Mapping[str, str] | None = None) -> str | None:
-    """The folder of the cache file, or ``None`` when ``ACCELKW_NO_CACHE`` turns caching off."""
+    """The folder of the cache file, or ``None`` when ``ACCELKW_NO_CACHE`` in ``env`` turns
+    caching off; the folder is the platform's user cache folder (``platformdirs``), which
+    reads the process's environment (``XDG_CACHE_HOME``)."""
     env = os.environ if env is None else env
     from accelkw_core.facts.environment import env_flag
 
     if env_flag(env, ENV_NO_CACHE, handler="plugins", field="no_cache"):
         return None
-    base = env.get("XDG_CACHE_HOME", "")
-    if not os.path.isabs(base):  # the XDG spec: a relative value is to be ignored
-        base = os.path.join(os.path.expanduser("~"), ".cache")
-    return os.path.join(base, "accelkw")
+    import platformdirs
+
+    return platformdirs.user_cache_dir("accelkw", appauthor=False)
 
 
 def snapshot(

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import os
 import time
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
 import pluggy
@@ -97,6 +97,11 @@ class Registry:
         # as the plugin is registered (now or later), with this callback. The plugin being
         # registered is the one whose record the callback fills.
         self._registering: PluginRecord | None = None
+        # Which hook is running, from pluggy's own call monitoring: when a registration hook
+        # raises, the record names it (pluggy calls both registration hooks as a plugin
+        # registers).
+        self._calling: str | None = None
+        self.pm.add_hookcall_monitoring(self._before_hook, self._after_hook)
         self.pm.hook.accelkw_register_handlers.call_historic(
             kwargs={"register": self._register_handler}
         )
@@ -264,19 +269,36 @@ class Registry:
             self._reject(record, plugin, "InvalidHandler", exc.reason)
             return
         except Exception as exc:
-            hook = _raising_hook(exc)
+            hook = self._calling or "accelkw_register_handlers"
             self._reject(
                 record, plugin, type(exc).__name__, f"{hook} raised: {exception_text(exc)}"
             )
             return
         finally:
             self._registering = None
+            self._calling = None
         record.plugin = plugin
         unknown = self._unknown_hooks(plugin)
         if unknown:
             self._reject(
                 record, plugin, "UnknownHook", f"implements unknown hook(s): {', '.join(unknown)}"
             )
+
+    def _before_hook(
+        self, hook_name: str, impls: Sequence[pluggy.HookImpl], kwargs: Mapping[str, object]
+    ) -> None:
+        self._calling = hook_name
+
+    def _after_hook(
+        self,
+        outcome: pluggy.Result[object],
+        hook_name: str,
+        impls: Sequence[pluggy.HookImpl],
+        kwargs: Mapping[str, object],
+    ) -> None:
+        # A hook that raised leaves its name for the except clause in _activate to read.
+        if outcome.exception is None:
+            self._calling = None
 
     def _register_handler(self, cls: type[KwargsHandler]) -> None:
         """The ``register`` callback of ``accelkw_register_handlers``."""
@@ -441,17 +463,6 @@ class Registry:
                 continue
             out[name] = owners[0]
         return out
-
-
-def _raising_hook(exc: BaseException) -> str:
-    """Which registration hook ``exc`` came out of: pluggy calls both as a plugin registers."""
-    import traceback
-
-    names = [frame.name for frame in traceback.extract_tb(exc.__traceback__)]
-    for name in reversed(names):
-        if name in ("accelkw_register_handlers", "accelkw_register_trackers"):
-            return name
-    return "accelkw_register_handlers"
 
 
 def _names_in(value: str | None) -> set[str] | None:

@@ -235,8 +235,17 @@ class Accelerator(PreparingAPI, AccumulationAPI, CheckpointAPI, TrackingAPI, Acc
     @property
     def scaler(self) -> torch.amp.GradScaler | None:
         """The gradient scaler a handler contributes (Accelerate's ``accelerator.scaler``)."""
-        found: torch.amp.GradScaler | None = self.state.keyed(ATTRIBUTE).get("scaler")
-        return found
+        found = self.state.keyed(ATTRIBUTE).get("scaler")
+        if found is None:
+            return None
+        import torch
+
+        if isinstance(found, torch.amp.GradScaler):
+            return found
+        raise TypeError(
+            f"accelerator.scaler: the 'scaler' attribute contribution is a "
+            f"{type(found).__name__}, not a torch.amp.GradScaler"
+        )
 
     @property
     def extras(self) -> Mapping[str, object]:

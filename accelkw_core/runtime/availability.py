@@ -13,6 +13,8 @@ import os
 import sys
 from functools import cache
 
+from accelkw_core.facts.environment import TRUE_WORDS
+
 __all__ = [
     "is_aim_available",
     "is_bf16_available",
@@ -183,7 +185,8 @@ def is_pytest_available() -> bool:
 def is_rich_available() -> bool:
     """Whether rich is installed and ``ACCELERATE_ENABLE_RICH`` turns it on (as Accelerate)."""
     flag = os.environ.get("ACCELERATE_ENABLE_RICH", "").strip().lower()
-    return _package("rich") and flag in ("1", "true", "yes", "on", "y", "t")
+    # Accelerate's reading of its own switches also takes "y" and "t".
+    return _package("rich") and (flag in TRUE_WORDS or flag in ("y", "t"))
 
 
 # -- devices -----------------------------------------------------------------------------------

@@ -8,8 +8,8 @@ from __future__ import annotations
 import contextlib
 import inspect
 import warnings
-from collections.abc import Iterator
-from typing import Any
+from collections.abc import Iterator, Sized
+from typing import Any, cast
 
 import torch
 from torch.utils.data import DataLoader, IterableDataset, RandomSampler
@@ -73,7 +73,7 @@ class LoaderProgress:
         return self.active[-1].remainder if self.active else -1
 
 
-class PreparedDataLoader(DataLoader):  # type: ignore[misc]
+class PreparedDataLoader(DataLoader[Any]):
     """A ``DataLoader`` that yields device batches and knows when its last batch is out.
 
     It iterates one batch ahead, as Accelerate's ``DataLoaderShard`` does, so
@@ -140,8 +140,8 @@ class PreparedDataLoader(DataLoader):  # type: ignore[misc]
         self.remainder = -1
         total = self._total_batch_size
         if total and not self.drop_last:
-            with contextlib.suppress(TypeError):
-                self.remainder = len(self.dataset) % total
+            with contextlib.suppress(TypeError):  # a dataset without a length
+                self.remainder = len(cast(Sized, self.dataset)) % total
         if self.progress is not None:
             self.progress.active.append(self)
 
@@ -194,7 +194,9 @@ class PreparedDataLoader(DataLoader):  # type: ignore[misc]
                 generator.set_state(position["generator"])
             self._replay = position.get("global_generator")
 
-    def __iter__(self) -> Iterator[Any]:
+    # torch annotates DataLoader.__iter__ with its private iterator class; this one yields the
+    # batches itself, one ahead, as a generator.
+    def __iter__(self) -> Iterator[Any]:  # type: ignore[override]
         if self.synchronized_generator is not None:
             _synchronize(self.synchronized_generator)
         generator = self.shuffle_generator
@@ -377,7 +379,7 @@ class SkipBatchSampler:
                 yield batch
 
 
-class SeedableRandomSampler(RandomSampler):  # type: ignore[misc]
+class SeedableRandomSampler(RandomSampler):
     """A ``RandomSampler`` whose order for each epoch depends only on a seed and the epoch.
 
     Each pass seeds its generator with ``initial_seed + epoch`` (``initial_seed``: ``data_seed``,

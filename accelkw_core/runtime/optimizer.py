@@ -18,7 +18,7 @@ if TYPE_CHECKING:
 __all__ = ["AcceleratedOptimizer"]
 
 
-class AcceleratedOptimizer(torch.optim.Optimizer):  # type: ignore[misc]
+class AcceleratedOptimizer(torch.optim.Optimizer):
     """Wraps an optimizer so ``step()`` runs the ``around_step`` and ``after_step`` chain.
 
     Everything else (``zero_grad``, ``param_groups``, ``state_dict``, …) is the wrapped

@@ -7,9 +7,10 @@ import time
 from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING, Any, Literal, TypeVar, overload
 
-from accelkw_core.contract.points import KEYED, ONE, POINTS, STACK, ExtensionPoint
+from accelkw_core.contract.points import KEYED, ONE, POINTS, TEARDOWN, ExtensionPoint
 from accelkw_core.contract.state import Contribution, LogEntry
 from accelkw_core.errors import ConfigError, PointConflictError
+from accelkw_core.facts.environment import env_int
 from accelkw_core.facts.precision import MIXED_PRECISION_MODES
 
 if TYPE_CHECKING:
@@ -24,28 +25,17 @@ Teardown = Callable[[], None]
 T = TypeVar("T")
 
 
-def _env_int(env: Mapping[str, str], key: str, default: int, minimum: int) -> int:
-    raw = env.get(key)
-    if raw is None or raw == "":
-        return default
-    try:
-        value = int(raw)
-    except ValueError:
-        value = None
-    if value is None or value < minimum:
-        raise ConfigError("environment", key, raw, f"an integer >= {minimum}")
-    return value
-
-
 class AcceleratorState:
     """The facts of a run (rank, world size, device, mixed precision) and what handlers set up.
 
     Handlers take part in the run only through the extension points of
     :mod:`accelkw_core.contract.points`: :meth:`contribute` adds to one (checking its
-    cardinality), :meth:`values` reads one in order, :meth:`add_teardown` stacks an undo action.
-    :meth:`record` keeps a log of what each handler did or why it did nothing;
-    :attr:`capabilities` says which handler provides what (``"gradient_sync"``, ...).
-    :attr:`extras` holds a handler's private data under its name; the runtime never reads it.
+    cardinality), :meth:`values` reads one in order; an undo action is a contribution to
+    ``TEARDOWN`` like any other (from a plan, or from a ``plan.run`` action that created what it
+    undoes). :meth:`record` keeps a log of what each handler did or why it did nothing;
+    :attr:`capabilities` says which handler provides what (``"gradient_sync"``, ...). What a
+    handler shares with the user is an ``ATTRIBUTE`` contribution, read typed with
+    ``accelerator.extra(name, kind)``.
 
     It implements :class:`accelkw_core.contract.state.AcceleratorState`, the protocol a
     handler is typed against (``accelkw_core.plugin.AcceleratorState``).
@@ -88,13 +78,11 @@ class AcceleratorState:
         self.handlers: dict[str, KwargsHandler] = {}
         self.distributions: dict[str, str | None] = {}
         self.capabilities: dict[str, str] = {}
-        self.extras: dict[str, Any] = {}
         self._points: dict[str, list[Contribution]] = {}
         #: Grows with every contribution, so a reader may cache what it read (the hot paths).
         self.version = 0
         self.log: list[LogEntry] = []
         self.timings: dict[str, dict[str, float]] = {}
-        self._teardowns: list[tuple[str, Teardown]] = []
 
     @classmethod
     def from_env(
@@ -107,12 +95,12 @@ class AcceleratorState:
     ) -> AcceleratorState:
         """Read the run's facts from the variables torchrun sets (``RANK``, ``WORLD_SIZE``, …)."""
         env = os.environ if env is None else env
-        world_size = _env_int(env, "WORLD_SIZE", 1, 1)
-        rank = _env_int(env, "RANK", 0, 0)
-        local_rank = _env_int(env, "LOCAL_RANK", 0, 0)
-        local_world_size = _env_int(env, "LOCAL_WORLD_SIZE", world_size, 1)
+        world_size = env_int(env, "WORLD_SIZE", 1, 1)
+        rank = env_int(env, "RANK", 0, 0)
+        local_rank = env_int(env, "LOCAL_RANK", 0, 0)
+        local_world_size = env_int(env, "LOCAL_WORLD_SIZE", world_size, 1)
         port = env.get("MASTER_PORT")
-        master_port = _env_int(env, "MASTER_PORT", 0, 0) if port else None
+        master_port = env_int(env, "MASTER_PORT", 0, 0) if port else None
         return cls(
             mixed_precision=mixed_precision,
             cpu=cpu,
@@ -208,28 +196,24 @@ class AcceleratorState:
             raise ValueError(
                 f"unknown extension point {str(point)!r}; the points are: {', '.join(POINTS)}"
             )
-        if spec.cardinality == STACK:
-            self.add_teardown(handler, value)
-            return
         if spec.cardinality == KEYED and key is None:
             key = handler
         entries = self._points.setdefault(spec.name, [])
-        if spec.cardinality in (ONE, KEYED):
-            for other in entries:
-                if other.key == key:
-                    raise PointConflictError(
-                        spec.name,
-                        (other.handler, self.distributions.get(other.handler)),
-                        (handler, self.distributions.get(handler)),
-                        key if spec.cardinality == KEYED else None,
-                    )
-        entries.append(Contribution(handler, value, key))
+        # A point of cardinality one takes one contribution, whatever key it was given: the
+        # runtime reads one value, so a second would be silently ignored.
+        for other in entries:
+            if spec.cardinality == ONE or (spec.cardinality == KEYED and other.key == key):
+                raise PointConflictError(
+                    spec.name,
+                    (other.handler, self.distributions.get(other.handler)),
+                    (handler, self.distributions.get(handler)),
+                    key if spec.cardinality == KEYED else None,
+                )
+        entries.append(Contribution(handler, value, key if spec.cardinality == KEYED else None))
         self.version += 1
 
     def contributions(self, point: ExtensionPoint[Any] | str) -> list[Contribution]:
         """The contributions to ``point``, in the order they were made."""
-        if str(point) == "teardown":
-            return [Contribution(name, fn) for name, fn in self._teardowns]
         return list(self._points.get(str(point), ()))
 
     @overload
@@ -259,13 +243,10 @@ class AcceleratorState:
         """Record that ``handler`` provides ``capability`` (read by the runtime's gap checks)."""
         self.capabilities.setdefault(capability, handler)
 
-    def add_teardown(self, handler: str, fn: Teardown) -> None:
-        """Register ``fn`` to undo what ``handler`` did; teardowns run in reverse order."""
-        self._teardowns.append((handler, fn))
-
     @property
     def teardowns(self) -> list[tuple[str, Teardown]]:
-        return list(self._teardowns)
+        """The ``TEARDOWN`` contributions not run yet, as ``(handler, undo)`` in the order made."""
+        return [(c.handler, c.value) for c in self._points.get(TEARDOWN.name, ())]
 
     def run_teardowns(self) -> list[tuple[str, BaseException]]:
         """Run every teardown in reverse order, once; return the ones that raised.
@@ -273,8 +254,9 @@ class AcceleratorState:
         A failing teardown never stops the others: each is tried, and its error returned.
         """
         failures: list[tuple[str, BaseException]] = []
-        while self._teardowns:
-            name, fn = self._teardowns.pop()
+        stack = self._points.get(TEARDOWN.name, [])
+        while stack:
+            name, fn, _ = stack.pop()
             started = time.perf_counter()
             try:
                 fn()
@@ -289,7 +271,6 @@ class AcceleratorState:
         self._points = {}
         self.version += 1
         self.capabilities = {}
-        self.extras = {}
         self.handlers = {}
 
     def scratch(self) -> AcceleratorState:
@@ -300,8 +281,8 @@ class AcceleratorState:
         """
         other = AcceleratorState.__new__(AcceleratorState)
         other.__dict__.update(self.__dict__)
-        other.handlers, other.distributions, other.capabilities, other.extras = {}, {}, {}, {}
-        other._points, other.log, other._teardowns, other.timings = {}, [], [], {}
+        other.handlers, other.distributions, other.capabilities = {}, {}, {}
+        other._points, other.log, other.timings = {}, [], {}
         return other
 
     def summary(self) -> list[str]:

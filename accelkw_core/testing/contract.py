@@ -111,7 +111,6 @@ def _snapshot(state: AcceleratorState) -> dict[str, Any]:
         "log": list(state.log),
         "points": {p: len(state.contributions(p)) for p in POINTS},
         "capabilities": dict(state.capabilities),
-        "extras": dict(state.extras),
     }
 
 
@@ -354,7 +353,6 @@ class HandlerContract:
                     ]
                     for point in POINTS:
                         assert {c.handler for c in state.contributions(point)} <= {handler.name}
-                    assert set(state.extras) <= {handler.name}
                 finally:
                     failures = state.run_teardowns()
                 assert failures == []

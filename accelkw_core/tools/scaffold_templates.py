@@ -62,7 +62,8 @@ description = "accelkw $kind plugin: $name ($cls)."
 readme = "README.md"
 requires-python = ">=3.11"
 license = { text = "Apache-2.0" }
-dependencies = ["$core_req"]
+# torch: the handler imports it inside its methods, and a type checker reads its types.
+dependencies = ["$core_req", "torch>=2.1"]
 
 # How accelkw finds the plugin: the entry point names the module with the hook implementation.
 [project.entry-points.accelkw]
@@ -73,6 +74,13 @@ include = ["$package*"]
 
 [tool.setuptools.package-data]
 $package = ["py.typed"]
+
+# `mypy` checks the plugin as its users' type checkers will: strict, following accelkw-core and
+# torch. The first run reads torch's types (tens of seconds); .mypy_cache makes the next ones quick.
+[tool.mypy]
+strict = true
+files = ["$package", "tests"]
+warn_unused_configs = true
 """
 
 INIT = '''\

@@ -16,7 +16,8 @@ from typing import TYPE_CHECKING, TypeAlias
 
 from accelkw_core.contract.enums import ReferenceEnum
 from accelkw_core.contract.tracker import GeneralTracker
-from accelkw_core.discovery.catalog import tracker_install_hint
+from accelkw_core.discovery.catalog import TRACKER_DISTRIBUTIONS, tracker_install_hint
+from accelkw_core.discovery.records import LOADED
 from accelkw_core.errors import ConfigError, suggest
 
 if TYPE_CHECKING:
@@ -61,6 +62,27 @@ def _name_of(choice: object) -> str | None:
     return None
 
 
+def _failed_plugin(registry: Registry, tracker: str) -> str | None:
+    """What went wrong with the installed plugin that would provide ``tracker``, if one did.
+
+    A plugin that failed to load registered no tracker, so it is found by what can be known
+    without loading it: its plugin (entry-point) name, or the catalog's distribution for a
+    built-in tracker name.
+    """
+    dist = TRACKER_DISTRIBUTIONS.get(tracker)
+    for record in registry.plugins():
+        if record.status == LOADED:
+            continue
+        if record.name == tracker or (dist is not None and record.distribution == dist):
+            source = f" from {record.distribution}" if record.distribution else ""
+            kind = record.error["type"] if record.error else record.status
+            return (
+                f"the plugin {record.name!r}{source} is installed but {record.status}: "
+                f"{kind}: {record.reason}"
+            )
+    return None
+
+
 def filter_trackers(
     log_with: LogWith,
     logging_dir: str | os.PathLike[str] | None = None,
@@ -102,11 +124,13 @@ def filter_trackers(
                 )
             elif name not in installed:
                 have = ", ".join(sorted(installed)) or "none"
+                broken = _failed_plugin(registry, name)
+                hint = tracker_install_hint(name) if broken is None else broken
                 raise ConfigError(
                     "accelerator",
                     "log_with",
                     name,
-                    f"an installed tracker ({tracker_install_hint(name)}; installed: {have})",
+                    f"an installed tracker ({hint}; installed: {have})",
                     suggestion=suggest(name, installed),
                 )
             else:

@@ -198,7 +198,9 @@ def _save_to(path: Path, obj: Any) -> None:
     try:
         with durable.open_new(path) as fh:
             watched = _Watched(fh)
-            torch.save(obj, watched)
+            # torch.save writes to any object with write and flush (its documented contract);
+            # its annotation names only str, PathLike and IO[bytes].
+            torch.save(obj, watched)  # type: ignore[arg-type]
     except Exception as exc:
         cause = watched.error if watched is not None and watched.error is not None else exc
         raise write_error(path, cause, "saved") from exc

@@ -82,7 +82,7 @@ class GradientClipper:
                 norm_type=self.norm_type,
                 error_if_nonfinite=self.error_if_nonfinite,
             )
-        else:
+        elif self.clip_value is not None:  # exactly one of the two is set (__init__)
             torch.nn.utils.clip_grad_value_(params, self.clip_value)
         self.last_norm = norm
         self.last_step = index

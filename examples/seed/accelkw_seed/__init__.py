@@ -1,5 +1,5 @@
 """accelkw-seed: ``SeedKwargs``, reproducible runs (an example of a third-party plugin)."""
 
-from accelkw_seed.handler import SeedKwargs
+from accelkw_seed.handler import Seeded, SeedKwargs
 
-__all__ = ["SeedKwargs"]
+__all__ = ["SeedKwargs", "Seeded"]

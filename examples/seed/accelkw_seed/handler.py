@@ -8,18 +8,26 @@ import os
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, ClassVar
 
-from accelkw_core.plugin import KwargsHandler, Plan, handler_field
+from accelkw_core.plugin import ATTRIBUTE, TEARDOWN, KwargsHandler, Plan, handler_field
 
 if TYPE_CHECKING:
     from accelkw_core.plugin import AcceleratorState
 
-__all__ = ["SeedKwargs"]
+__all__ = ["SeedKwargs", "Seeded"]
 
 # NumPy's legacy seeding accepts 0 <= seed < 2**32; the effective seed is kept in that range so
 # one number seeds every generator.
 _SEED_RANGE = 2**32
 # What cuBLAS needs to be deterministic on CUDA >= 10.2 (torch's reproducibility notes).
 _CUBLAS_VAR, _CUBLAS_VALUE = "CUBLAS_WORKSPACE_CONFIG", ":4096:8"
+
+
+@dataclass(frozen=True)
+class Seeded:
+    """What a run was seeded with: ``accelerator.extra("seed", Seeded)``."""
+
+    seed: int
+    seeded: tuple[str, ...]
 
 
 @dataclass
@@ -115,7 +123,8 @@ class SeedKwargs(KwargsHandler):
             import numpy
 
             numpy.random.seed(seed)
-        state.extras[self.name] = {"seed": seed, "seeded": list(seeded)}
+        # Shared through the attribute point, so a user reads it typed from the Accelerator.
+        state.contribute(ATTRIBUTE, self.name, Seeded(seed, tuple(seeded)), key="seed")
 
     def _make_deterministic(self, state: AcceleratorState) -> None:
         import torch
@@ -135,7 +144,7 @@ class SeedKwargs(KwargsHandler):
             torch.use_deterministic_algorithms(before[0], warn_only=before[1])
             cudnn.deterministic, cudnn.benchmark = before[2], before[3]
 
-        state.add_teardown(self.name, restore)
+        state.contribute(TEARDOWN, self.name, restore)
 
     def _plan_cublas(self, plan: Plan) -> None:
         current = os.environ.get(_CUBLAS_VAR)
@@ -157,4 +166,4 @@ def _set_cublas_workspace(state: AcceleratorState) -> None:
     def unset() -> None:
         os.environ.pop(_CUBLAS_VAR, None)
 
-    state.add_teardown(SeedKwargs.name, unset)
+    state.contribute(TEARDOWN, SeedKwargs.name, unset)

@@ -13,9 +13,10 @@ from typing import Any, ClassVar
 import accelkw_seed
 import pytest
 import torch
-from accelkw_seed import SeedKwargs, plugin
+from accelkw_seed import Seeded, SeedKwargs, plugin
 
 from accelkw_core import AcceleratorState, ConfigError
+from accelkw_core.plugin import ATTRIBUTE
 from accelkw_core.runtime.composition import compose
 from accelkw_core.testing import (
     HandlerContract,
@@ -99,7 +100,7 @@ def test_without_numpy_the_others_are_seeded_and_the_log_says_so(
         ("numpy is not installed: not seeded", False),
         ("seed random, torch with 7 (seed 7 + rank 0)", True),
     ]
-    assert state.extras["seed"] == {"seed": 7, "seeded": ["random", "torch"]}
+    assert state.keyed(ATTRIBUTE)["seed"] == Seeded(7, ("random", "torch"))
 
 
 def test_per_rank_seeds_differ_between_ranks_and_repeat_within_a_rank() -> None:
@@ -107,7 +108,7 @@ def test_per_rank_seeds_differ_between_ranks_and_repeat_within_a_rank() -> None:
     for rank in (0, 1, 0):
         state = apply_handler(SeedKwargs(seed=100), make_state(world_size=2, rank=rank))
         per_rank.setdefault(rank, []).append(draws())
-        assert state.extras["seed"]["seed"] == 100 + rank
+        assert state.keyed(ATTRIBUTE)["seed"].seed == 100 + rank
     assert per_rank[0][0] == per_rank[0][1]
     assert per_rank[0][0] != per_rank[1][0]
 
@@ -172,7 +173,7 @@ def test_planning_touches_no_generator() -> None:
     text = handler.describe(state)
     assert random.getstate() == py_before and torch.equal(torch.get_rng_state(), torch_before)
     assert not torch.are_deterministic_algorithms_enabled() and state.log == []
-    assert state.extras == {} and state.teardowns == []
+    assert state.keyed(ATTRIBUTE) == {} and state.teardowns == []
     assert text == plan.summary()
     assert "with 6 (seed 5 + rank 1)" in text and "deterministic algorithms on (warn" in text
     # What `accelkw plan` prints is what the run records.
@@ -260,7 +261,7 @@ def test_a_seeded_training_step_repeats_exactly() -> None:
 def test_importing_the_plugin_does_not_import_torch() -> None:
     env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(EXAMPLE), *sys.path])}
     assert modules_loaded_by("import accelkw_seed, accelkw_seed.plugin", env=env) == []
-    assert accelkw_seed.__all__ == ["SeedKwargs"]
+    assert accelkw_seed.__all__ == ["SeedKwargs", "Seeded"]
 
 
 def seeded_draw(rank: int) -> list[float]:

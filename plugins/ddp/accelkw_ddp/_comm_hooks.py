@@ -146,7 +146,9 @@ def bf16_supported() -> bool:
     if not dist.is_available():
         return False
     cuda_build = torch.version.cuda is not None or torch.version.hip is not None
-    if cuda_build and dist.is_nccl_available() and torch.cuda.nccl.version() >= (2, 10):
+    # torch leaves nccl.version() unannotated; it returns NCCL's (major, minor, patch).
+    nccl_version = torch.cuda.nccl.version()  # type: ignore[no-untyped-call]
+    if cuda_build and dist.is_nccl_available() and nccl_version >= (2, 10):
         return True
     xccl = getattr(dist, "is_xccl_available", lambda: False)
     return bool(xccl()) and bool(torch.xpu.is_available())

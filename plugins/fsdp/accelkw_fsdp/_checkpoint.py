@@ -20,7 +20,7 @@ import contextlib
 import copy
 from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 from accelkw_core.plugin import AccelkwError, CheckpointError, CheckpointReader, CheckpointWriter
 from accelkw_fsdp._shard import resharded
@@ -242,19 +242,20 @@ class FSDPCheckpoint:
     def _save_sharded(
         self, writer: CheckpointWriter, models: Sequence[Any], pairs: list[tuple[Any, Any]]
     ) -> None:
-        import torch.distributed.checkpoint as dcp
+        from torch.distributed.checkpoint.filesystem import FileSystemWriter
         from torch.distributed.checkpoint.state_dict import StateDictOptions, get_model_state_dict
+        from torch.distributed.checkpoint.state_dict_saver import save
 
         options = StateDictOptions()
         for i, model in enumerate(models):
             name = f"{MODEL}_{i}"
             shards = get_model_state_dict(resharded(model), options=options)
-            dcp.save({"model": shards}, storage_writer=dcp.FileSystemWriter(writer.folder / name))
+            save({"model": shards}, storage_writer=FileSystemWriter(writer.folder / name))
             self._record_share(writer, name)
         for i, (root, optimizer) in enumerate(pairs):
             name = f"{OPTIMIZER}_{i}"
             osd = _optimizer_state(root, optimizer, options)
-            dcp.save({"optimizer": osd}, storage_writer=dcp.FileSystemWriter(writer.folder / name))
+            save({"optimizer": osd}, storage_writer=FileSystemWriter(writer.folder / name))
             self._record_share(writer, name)
 
     @staticmethod
@@ -288,6 +289,7 @@ class FSDPCheckpoint:
     def _read_full(
         self, reader: CheckpointReader, models: Sequence[Any], pairs: list[tuple[Any, Any]]
     ) -> Apply:
+        import torch
         import torch.distributed as dist
         from torch.distributed.checkpoint.state_dict import (
             StateDictOptions,
@@ -302,7 +304,7 @@ class FSDPCheckpoint:
             {
                 k: tuple(v.shape)
                 for k, v in get_model_state_dict(root).items()
-                if hasattr(v, "shape")
+                if isinstance(v, torch.Tensor)  # a DTensor is one, with its global shape
             }
             for root in roots
         ]
@@ -367,7 +369,10 @@ class FSDPCheckpoint:
                 # Only the states the checkpoint holds: an optimizer saved before its first
                 # step has none, and a parameter that never had a gradient has none.
                 state = {}
-                for fqn, values in osd["state"].items():
+                # torch types every value of an optimizer state dict with one union; "state"
+                # maps each parameter's name to the dict of its states.
+                per_param = cast(dict[str, dict[str, Any]], osd["state"])
+                for fqn, values in per_param.items():
                     kept = {
                         k: _fresh(v)
                         for k, v in values.items()
@@ -397,10 +402,10 @@ class FSDPCheckpoint:
     @staticmethod
     def _saved_keys(folder: Path) -> dict[str, Any]:
         """The flattened keys DCP saved under ``folder``, with their metadata (sizes)."""
-        import torch.distributed.checkpoint as dcp
+        from torch.distributed.checkpoint.filesystem import FileSystemReader
 
         try:
-            metadata = dcp.FileSystemReader(folder).read_metadata()
+            metadata = FileSystemReader(folder).read_metadata()
         except Exception as exc:
             raise _dcp_error(folder, exc) from exc
         return dict(metadata.state_dict_metadata)
@@ -429,10 +434,11 @@ class FSDPCheckpoint:
     @staticmethod
     def _dcp_load(folder: Path, state: dict[str, Any]) -> None:
         """Read ``folder``'s shards into ``state``'s fresh tensors (collective; errors on all)."""
-        import torch.distributed.checkpoint as dcp
+        from torch.distributed.checkpoint.filesystem import FileSystemReader
+        from torch.distributed.checkpoint.state_dict_loader import load
 
         try:
-            dcp.load(state, storage_reader=dcp.FileSystemReader(folder))
+            load(state, storage_reader=FileSystemReader(folder))
         except Exception as exc:
             raise _dcp_error(folder, exc) from exc
 

@@ -204,7 +204,7 @@ def shard_model(
     old = {name: p for name, p in model.named_parameters()}
     layers = _layers(model, handler, resolved)
     if handler.activation_checkpointing:
-        from torch.distributed._composable import checkpoint
+        from torch.distributed._composable.checkpoint_activation import checkpoint
 
         for layer in layers or [model]:
             checkpoint(layer)

@@ -8,7 +8,7 @@ from dataclasses import dataclass
 from datetime import timedelta
 from typing import TYPE_CHECKING, Any, ClassVar
 
-from accelkw_core.plugin import ConfigError, KwargsHandler, Plan, handler_field
+from accelkw_core.plugin import TEARDOWN, ConfigError, KwargsHandler, Plan, handler_field
 from accelkw_process_group._backends import (
     available_backends,
     backend_names,
@@ -265,4 +265,4 @@ def _init_group(group: GroupPlan, state: AcceleratorState) -> None:
                 NAME, "teardown: the group it created was already destroyed", applied=False
             )
 
-    state.add_teardown(NAME, destroy)
+    state.contribute(TEARDOWN, NAME, destroy)

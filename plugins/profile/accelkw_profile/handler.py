@@ -112,7 +112,8 @@ class ProfileKwargs(KwargsHandler):
             return None
         import torch
 
-        supported = torch.profiler.supported_activities()
+        # torch leaves supported_activities() unannotated; it returns a set of ProfilerActivity.
+        supported = torch.profiler.supported_activities()  # type: ignore[no-untyped-call]
         available = [n for n, m in _ACTIVITIES.items() if _member(torch, m) in supported]
         out = []
         for activity in self.activities:
