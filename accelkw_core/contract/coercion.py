@@ -19,10 +19,16 @@ from datetime import timedelta
 from typing import Any
 
 from accelkw_core.errors import Mismatch
-from accelkw_core.facts.environment import FALSE_WORDS, TRUE_WORDS
+
+# The words a boolean may be written as, in config files, the environment and the CLI: the one
+# table the core reads them with (facts.environment reads its flags with it too).
+TRUE_WORDS = frozenset({"1", "true", "yes", "on"})
+FALSE_WORDS = frozenset({"0", "false", "no", "off"})
 
 __all__ = [
+    "FALSE_WORDS",
     "SUPPORTED",
+    "TRUE_WORDS",
     "Mismatch",
     "coerce",
     "describe_type",

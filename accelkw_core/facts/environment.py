@@ -15,6 +15,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
 
+from accelkw_core.contract.coercion import FALSE_WORDS, TRUE_WORDS
 from accelkw_core.errors import ConfigError, suggest
 
 __all__ = [
@@ -31,8 +32,6 @@ __all__ = [
 ]
 
 ENV_PREFIX = "ACCELKW_"
-TRUE_WORDS = frozenset({"1", "true", "yes", "on"})
-FALSE_WORDS = frozenset({"0", "false", "no", "off"})
 FLAG_EXPECTED = "a boolean (true/false, 1/0, yes/no, on/off)"
 
 # Every variable the core reads, other than the ACCELKW_<HANDLER>__<FIELD> overrides.
