@@ -16,6 +16,7 @@ from accelkw_core.handlers.accelerate_env import AccelerateEnv, accelerate_flag,
 from accelkw_core.handlers.base import KwargsHandler, handler_field
 from accelkw_core.handlers.enums import ReferenceEnum
 from accelkw_core.handlers.plan import Plan, PlanStep
+from accelkw_core.runtime.checkpoints.deferred import SaveJob
 from accelkw_core.runtime.checkpoints.files import CheckpointReader, CheckpointWriter
 from accelkw_core.runtime.contributions import (
     AccumulationPolicy,
@@ -24,6 +25,7 @@ from accelkw_core.runtime.contributions import (
     AroundStep,
     Backward,
     CheckpointContribution,
+    CheckpointExecutor,
     CheckpointOwner,
     ForwardContext,
     LossTransform,
@@ -46,6 +48,7 @@ from accelkw_core.runtime.points import (
     ATTRIBUTE,
     BACKWARD,
     CHECKPOINT,
+    CHECKPOINT_EXECUTOR,
     FORWARD_CONTEXT,
     FORWARD_OUTPUT,
     LOSS,
@@ -70,6 +73,7 @@ __all__ = [
     "ATTRIBUTE",
     "BACKWARD",
     "CHECKPOINT",
+    "CHECKPOINT_EXECUTOR",
     "FORWARD_CONTEXT",
     "FORWARD_OUTPUT",
     "LOSS",
@@ -92,6 +96,7 @@ __all__ = [
     "Backward",
     "CheckpointContribution",
     "CheckpointError",
+    "CheckpointExecutor",
     "CheckpointOwner",
     "CheckpointReader",
     "CheckpointWriter",
@@ -111,6 +116,7 @@ __all__ = [
     "PointConflictError",
     "ProfilerFactory",
     "ReferenceEnum",
+    "SaveJob",
     "StartsFresh",
     "Stateful",
     "StepContext",

@@ -82,6 +82,13 @@ BUILTINS: tuple[Builtin, ...] = (
         "compile",
         ("DynamoBackend",),
     ),
+    Builtin(
+        "async_checkpoint",
+        "AsyncCheckpointKwargs",
+        "accelkw_async_checkpoint",
+        "accelkw-async-checkpoint",
+        "async-checkpoint",
+    ),
 )
 
 # Reference class name -> (module that defines it, distribution that ships the module).

@@ -18,6 +18,7 @@ from accelkw_core.errors import (
     CheckpointWarning,
     ConfigError,
 )
+from accelkw_core.runtime.checkpoints.deferred import SaveJob
 from accelkw_core.runtime.checkpoints.durable import remove_tree
 from accelkw_core.runtime.checkpoints.layout import Checkpointed
 from accelkw_core.runtime.checkpoints.load import load_checkpoint
@@ -27,8 +28,9 @@ from accelkw_core.runtime.checkpoints.project import (
     is_complete,
     numbered_checkpoints,
 )
-from accelkw_core.runtime.checkpoints.save import save_checkpoint
-from accelkw_core.runtime.points import MODEL_CHECKPOINT
+from accelkw_core.runtime.checkpoints.save import PendingSave, begin_save, save_checkpoint
+from accelkw_core.runtime.contributions import CheckpointExecutor
+from accelkw_core.runtime.points import CHECKPOINT_EXECUTOR, MODEL_CHECKPOINT
 
 if TYPE_CHECKING:
     from accelkw_core.runtime.state import AcceleratorState
@@ -142,22 +144,67 @@ class CheckpointAPI:
             else [self.get_state_dict(model) for model in what.models]
         )
         logger.info("saving the run's state to %s", folder)
-        saved, notes = save_checkpoint(
-            self.state,
-            folder,
-            what,
-            weights,
-            safe_serialization=safe_serialization,
-            save_on_each_node=config.save_on_each_node,
-        )
+        executors = self.state.values(CHECKPOINT_EXECUTOR)
+        if executors:
+            saved, notes = self._submit(executors[0], folder, what, weights, safe_serialization)
+        else:
+            saved, notes = save_checkpoint(
+                self.state,
+                folder,
+                what,
+                weights,
+                safe_serialization=safe_serialization,
+                save_on_each_node=config.save_on_each_node,
+            )
         for note in notes:
             warnings.warn(f"save_state: {note}", CheckpointWarning, stacklevel=2)
-        if config.automatic_checkpoint_naming:
+        if config.automatic_checkpoint_naming and not executors:
             if self.state.is_main_process:
                 self._prune()
             self._barrier()
         config.iteration += 1
         return saved
+
+    def _submit(
+        self,
+        executor: CheckpointExecutor,
+        folder: Path,
+        what: Checkpointed,
+        weights: list[dict[str, Any]],
+        safe_serialization: bool,
+    ) -> tuple[Path, list[str]]:
+        """Hand the save to the ``checkpoint_executor``: staged now, committed where it says."""
+        config = self.project_configuration
+        automatic = config.automatic_checkpoint_naming
+
+        def begin() -> PendingSave:
+            return begin_save(
+                self.state,
+                folder,
+                what,
+                weights,
+                safe_serialization=safe_serialization,
+                save_on_each_node=config.save_on_each_node,
+                staged=True,
+            )
+
+        def after_commit() -> None:
+            if automatic:
+                self._prune()  # only once the new checkpoint is committed
+
+        job = SaveJob(self.state, folder, begin, after_commit)
+        executor.submit(job)
+        return folder, job.notes
+
+    def wait_for_checkpoints(self) -> None:
+        """Wait until every checkpoint ``save_state`` handed to a background writer is committed.
+
+        Raises the :class:`~accelkw_core.errors.CheckpointError` of one that failed (the
+        checkpoint saved before it is kept). Without a ``checkpoint_executor`` contribution
+        (``save_state`` commits before it returns) there is nothing to wait for.
+        """
+        for executor in self.state.values(CHECKPOINT_EXECUTOR):
+            executor.wait()
 
     def _agreed_folder(self, folder: Path) -> Path:
         # Every process must write into the folder the main process chose (automatic naming
@@ -188,6 +235,7 @@ class CheckpointAPI:
         anything is changed: a missing, short or damaged file raises
         :class:`~accelkw_core.errors.CheckpointError` naming it, leaving every object as it was.
         """
+        self.wait_for_checkpoints()
         if input_dir is not None:
             folder = _directory(input_dir, "input_dir")
         elif self.project_configuration.automatic_checkpoint_naming:
