@@ -352,8 +352,8 @@ class Accelerator(PreparingAPI, AccumulationAPI, CheckpointAPI, TrackingAPI, Acc
         saving_failure: BaseException | None = None
         try:
             self.wait_for_checkpoints()
-        except Exception as exc:
-            saving_failure = exc
+        except Exception as failed:
+            saving_failure = failed
         tracker_failures = self._finish_trackers()
         for name, exc in self.state.run_teardowns():
             warnings.warn(
