@@ -7,8 +7,6 @@ call; resumes compared bit for bit; the files compared with a synchronous save's
 
 from __future__ import annotations
 
-import errno
-import os
 import signal
 from pathlib import Path
 from typing import Any
@@ -23,6 +21,7 @@ from accelkw_core.runtime.checkpoints.manifest import MANIFEST, read_manifest
 from accelkw_core.testing import isolated_registry, plugin_of, run_workers
 from tests import checkpoint_workers as workers
 from tests.runtime_helpers import ScaleKwargs
+from tests.test_checkpoint_faults import _Full
 from tests.test_checkpoints import _script, _surviving, same, snapshot, step, trained
 
 
@@ -102,28 +101,6 @@ def test_a_resume_from_an_async_checkpoint_is_bit_identical(tmp_path: Path) -> N
     assert all(torch.equal(whole[k], resumed[k]) for k in whole)
 
 
-class _Full:
-    """A file whose first write finds the disk full."""
-
-    def __init__(self, fh: Any) -> None:
-        self._fh = fh
-
-    def write(self, data: Any) -> int:
-        raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
-
-    def flush(self) -> None:
-        self._fh.flush()
-
-    def fileno(self) -> int:
-        return int(self._fh.fileno())
-
-    def __enter__(self) -> _Full:
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self._fh.close()
-
-
 @pytest.mark.parametrize("call", ["save_state", "load_state", "wait_for_everyone", "end_training"])
 def test_a_background_failure_is_raised_at_the_next_call_and_the_last_checkpoint_kept(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, call: str
@@ -137,7 +114,7 @@ def test_a_background_failure_is_raised_at_the_next_call_and_the_last_checkpoint
 
     def open_new(path: Path) -> Any:
         fh = real_open(path)
-        return _Full(fh) if path.name == "optimizer.bin" else fh
+        return _Full(fh, 0) if path.name == "optimizer.bin" else fh  # full at once
 
     monkeypatch.setattr(durable, "open_new", open_new)
     step(acc, *objects[:3])

@@ -6,9 +6,11 @@ With the ``ProjectConfiguration`` that places them (``project_dir``, automatic n
 
 from __future__ import annotations
 
+import functools
 import logging
 import os
 import warnings
+from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -28,7 +30,7 @@ from accelkw_core.runtime.checkpoints.project import (
     is_complete,
     numbered_checkpoints,
 )
-from accelkw_core.runtime.checkpoints.save import PendingSave, begin_save, save_checkpoint
+from accelkw_core.runtime.checkpoints.save import PendingSave, begin_save
 from accelkw_core.runtime.contributions import CheckpointExecutor
 from accelkw_core.runtime.points import CHECKPOINT_EXECUTOR, MODEL_CHECKPOINT
 
@@ -144,18 +146,22 @@ class CheckpointAPI:
             else [self.get_state_dict(model) for model in what.models]
         )
         logger.info("saving the run's state to %s", folder)
+        begin = functools.partial(
+            begin_save,
+            self.state,
+            folder,
+            what,
+            weights,
+            safe_serialization=safe_serialization,
+            save_on_each_node=config.save_on_each_node,
+        )
         executors = self.state.values(CHECKPOINT_EXECUTOR)
         if executors:
-            saved, notes = self._submit(executors[0], folder, what, weights, safe_serialization)
+            notes = self._submit(executors[0], folder, functools.partial(begin, staged=True))
         else:
-            saved, notes = save_checkpoint(
-                self.state,
-                folder,
-                what,
-                weights,
-                safe_serialization=safe_serialization,
-                save_on_each_node=config.save_on_each_node,
-            )
+            pending = begin()
+            pending.complete()
+            notes = pending.notes
         for note in notes:
             warnings.warn(f"save_state: {note}", CheckpointWarning, stacklevel=2)
         if config.automatic_checkpoint_naming and not executors:
@@ -163,30 +169,14 @@ class CheckpointAPI:
                 self._prune()
             self._barrier()
         config.iteration += 1
-        return saved
+        return folder
 
     def _submit(
-        self,
-        executor: CheckpointExecutor,
-        folder: Path,
-        what: Checkpointed,
-        weights: list[dict[str, Any]],
-        safe_serialization: bool,
-    ) -> tuple[Path, list[str]]:
-        """Hand the save to the ``checkpoint_executor``: staged now, committed where it says."""
-        config = self.project_configuration
-        automatic = config.automatic_checkpoint_naming
-
-        def begin() -> PendingSave:
-            return begin_save(
-                self.state,
-                folder,
-                what,
-                weights,
-                safe_serialization=safe_serialization,
-                save_on_each_node=config.save_on_each_node,
-                staged=True,
-            )
+        self, executor: CheckpointExecutor, folder: Path, begin: Callable[[], PendingSave]
+    ) -> list[str]:
+        """Hand the save to the ``checkpoint_executor``: staged now, committed where it says;
+        the notes of the staging."""
+        automatic = self.project_configuration.automatic_checkpoint_naming
 
         def after_commit() -> None:
             if automatic:
@@ -194,7 +184,7 @@ class CheckpointAPI:
 
         job = SaveJob(self.state, folder, begin, after_commit)
         executor.submit(job)
-        return folder, job.notes
+        return job.notes
 
     def wait_for_checkpoints(self) -> None:
         """Wait until every checkpoint ``save_state`` handed to a background writer is committed.

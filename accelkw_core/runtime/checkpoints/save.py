@@ -51,7 +51,6 @@ __all__ = [
     "begin_save",
     "model_state_dict",
     "recover_commit",
-    "save_checkpoint",
     "target_of",
 ]
 
@@ -229,30 +228,6 @@ def _shared_temporary(
     raise CheckpointError("save_state", "no process made the temporary folder")
 
 
-def save_checkpoint(
-    state: AcceleratorState,
-    folder: Path,
-    what: Checkpointed,
-    weights: Sequence[dict[str, Any]],
-    *,
-    safe_serialization: bool = True,
-    save_on_each_node: bool = False,
-) -> tuple[Path, list[str]]:
-    """Write a whole checkpoint to ``folder``, replacing the one there only once it is complete.
-
-    Returns the folder and notes on what was cleaned up (stale temporaries, an interrupted commit).
-    """
-    pending = begin_save(
-        state,
-        folder,
-        what,
-        weights,
-        safe_serialization=safe_serialization,
-        save_on_each_node=save_on_each_node,
-    )
-    return pending.complete(), pending.notes
-
-
 def begin_save(
     state: AcceleratorState,
     folder: Path,
@@ -263,7 +238,11 @@ def begin_save(
     save_on_each_node: bool = False,
     staged: bool = False,
 ) -> PendingSave:
-    """The first half of a save, on the caller's thread: lock, prepare, and write (or stage).
+    """Begin a save of ``folder``: lock, prepare, and write (or stage), on the caller's thread.
+
+    ``begin_save(...).complete()`` is a whole save: ``folder`` replaced only once the new
+    checkpoint is complete; :attr:`PendingSave.notes` says what was cleaned up (stale
+    temporaries, an interrupted commit).
 
     With ``staged``, the files are not written yet: every state is copied
     (:class:`~accelkw_core.runtime.checkpoints.staging.StagingWriter`) and the processes agree
