@@ -401,3 +401,23 @@ def resume_chain(rank: int, folder: str, configs: list[dict[str, Any]]) -> list[
         results.append({"whole": whole, "weights": weights, "chain": chain, "final": final})
     acc.end_training()
     return results
+
+
+def async_resume(rank: int, folder: str, resume: bool) -> list[float]:
+    """8 steps of the ``build`` run with asynchronous saves: saving at step 4 and going on, or
+    (``resume``) loading that checkpoint and doing steps 5 to 8; the final weights, flattened."""
+    import torch
+
+    world_size = int(os.environ.get("WORLD_SIZE", "1"))
+    acc, model, optimizer, _tripwire = build(rank, world_size, async_saves=True)
+    torch.manual_seed(100 + rank)
+    start = 0
+    if resume:
+        acc.load_state(Path(folder))
+        start = 4
+    for i in range(start, 8):
+        _step(acc, model, optimizer)
+        if not resume and i + 1 == 4:
+            acc.save_state(Path(folder))
+    acc.end_training()
+    return [float(x) for p in model.parameters() for x in p.detach().flatten()[:64]]

@@ -191,3 +191,13 @@ def test_two_processes_killed_during_a_background_save_leave_a_whole_checkpoint(
     assert _surviving(tmp_path) == expected
     manifest = read_manifest(tmp_path / "ckpt")
     assert manifest is not None and manifest.world_size == 2
+
+
+@pytest.mark.multiprocess
+def test_two_processes_resume_from_an_async_checkpoint_bit_for_bit(tmp_path: Path) -> None:
+    folder = str(tmp_path / "ckpt")
+    env = {"OMP_NUM_THREADS": "1"}
+    whole = run_workers(workers.async_resume, 2, args=(folder, False), timeout=120, env=env)
+    resumed = run_workers(workers.async_resume, 2, args=(folder, True), timeout=120, env=env)
+    assert whole == resumed
+    assert whole[0] == whole[1]  # DDP kept the processes' weights equal
