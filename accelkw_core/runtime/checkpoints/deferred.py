@@ -76,7 +76,13 @@ class SaveJob:
         if pending is None:
             raise RuntimeError(f"the save of {self.folder} was not staged, or already committed")
         folder = pending.complete(group)
+        failure: Exception | None = None
         if self._state.is_main_process:
-            self._after_commit()
+            try:
+                self._after_commit()
+            except Exception as exc:  # raised after the barrier: the others never wait on it
+                failure = exc
         barrier(self._state, group)
+        if failure is not None:
+            raise failure
         return folder
