@@ -5,7 +5,7 @@ working across releases of the same minor version; see the versioning policy in 
 """
 
 from accelkw_core.contract.accelerate_env import AccelerateEnv, accelerate_flag, read_declared
-from accelkw_core.contract.checkpoint_io import CheckpointReader, CheckpointWriter
+from accelkw_core.contract.checkpoint_io import CheckpointReader, CheckpointWriter, SaveJob
 from accelkw_core.contract.contributions import (
     AccumulationPolicy,
     AfterStep,
@@ -13,6 +13,7 @@ from accelkw_core.contract.contributions import (
     AroundStep,
     Backward,
     CheckpointContribution,
+    CheckpointExecutor,
     CheckpointOwner,
     ForwardContext,
     LossTransform,
@@ -38,6 +39,7 @@ from accelkw_core.contract.points import (
     ATTRIBUTE,
     BACKWARD,
     CHECKPOINT,
+    CHECKPOINT_EXECUTOR,
     FORWARD_CONTEXT,
     FORWARD_OUTPUT,
     LOSS,
@@ -70,6 +72,7 @@ __all__ = [
     "ATTRIBUTE",
     "BACKWARD",
     "CHECKPOINT",
+    "CHECKPOINT_EXECUTOR",
     "FORWARD_CONTEXT",
     "FORWARD_OUTPUT",
     "LOSS",
@@ -92,6 +95,7 @@ __all__ = [
     "Backward",
     "CheckpointContribution",
     "CheckpointError",
+    "CheckpointExecutor",
     "CheckpointOwner",
     "CheckpointReader",
     "CheckpointWriter",
@@ -111,6 +115,7 @@ __all__ = [
     "PointConflictError",
     "ProfilerFactory",
     "ReferenceEnum",
+    "SaveJob",
     "StartsFresh",
     "Stateful",
     "StepContext",

@@ -87,6 +87,7 @@ if TYPE_CHECKING:
     # misspelt name is then an error, not an ``Any``. The handler classes are the catalog's
     # reference names (a test keeps the two in step); where a plugin's distribution is not
     # installed, a type checker cannot find its module and sees ``Any`` for its names.
+    from accelkw_async_checkpoint import AsyncCheckpointKwargs as AsyncCheckpointKwargs
     from accelkw_autocast import AutocastKwargs as AutocastKwargs
     from accelkw_compile import DynamoBackend as DynamoBackend
     from accelkw_compile import TorchDynamoPlugin as TorchDynamoPlugin

@@ -18,9 +18,19 @@ with min and max, and the median of the rounds' paired ratios accelkw / Accelera
 measured in the same round, so a noisy minute weighs on both).
 
     python bench/bench_checkpoint.py [--rounds 5] [--saves 3] [--dir /path/on/the/disk]
+    python bench/bench_checkpoint.py --async [--rounds 3] [--every 20] [--steps 50]
 
 Targets (issue 25): save at most 1.3x Accelerate's made durable; load at most 1.2x Accelerate's,
 the hash check included.
+
+With ``--async`` (issue 27, accelkw-async-checkpoint), each round runs, in turn: Accelerate's
+``save_state`` as it returns (not durable), accelkw's asynchronous ``save_state`` (the time it
+blocks the loop: until the state is staged; each save is waited for, untimed, before the next),
+then a loop of ``--steps`` AdamW steps of the same model with no save, and the same loop with an
+asynchronous save every ``--every`` steps (into one folder, each replacing the last). Printed:
+blocked / Accelerate's save (median of paired ratios; target <= 0.5), the loop with saves / the
+loop without (target <= 1.05 with ``--every`` large enough for a write to finish in between),
+and the staging copy's size (the memory an asynchronous save holds).
 """
 
 from __future__ import annotations
@@ -83,6 +93,62 @@ for _ in range(saves):
 print(json.dumps({"save": save, "load": load, "bytes": size}))
 """
 
+# accelkw's asynchronous save: "blocked" times save_state (it returns once staged); "loop" times
+# --steps AdamW steps with a save every --every steps (0: none). The loop's clock stops at its
+# last step; the wait for the last save is printed apart.
+ASYNC_CHILD = r"""
+import json, os, shutil, sys, time
+from pathlib import Path
+import torch
+from accelkw_core import Accelerator
+from accelkw_core.plugin import CHECKPOINT_EXECUTOR
+from accelkw_core.utils import AsyncCheckpointKwargs
+
+folder, mode, a, b = Path(sys.argv[1]), sys.argv[2], int(sys.argv[3]), int(sys.argv[4])
+torch.set_num_threads(1)
+torch.manual_seed(0)
+acc = Accelerator(cpu=True, kwargs_handlers=[AsyncCheckpointKwargs()])
+model = torch.nn.Sequential(torch.nn.Linear(5000, 2500), torch.nn.Linear(2500, 5000))
+opt = torch.optim.AdamW(model.parameters(), lr=1e-3)
+model, opt = acc.prepare(model, opt)
+x = torch.randn(2, 5000)
+
+def step():
+    model(x).sum().backward()
+    opt.step()
+    opt.zero_grad()
+
+step()
+out = {}
+if mode == "blocked":
+    blocked = []
+    for i in range(a):
+        target = folder / f"ckpt{i}"
+        os.sync()
+        start = time.perf_counter()
+        acc.save_state(target)
+        blocked.append(time.perf_counter() - start)
+        acc.wait_for_checkpoints()
+        if i < a - 1:
+            shutil.rmtree(target)
+    out["save"] = blocked
+else:
+    every, steps = a, b
+    os.sync()
+    start = time.perf_counter()
+    for i in range(steps):
+        step()
+        if every and (i + 1) % every == 0:
+            acc.save_state(folder / "ckpt")
+    out["loop"] = time.perf_counter() - start
+    start = time.perf_counter()
+    acc.wait_for_checkpoints()
+    out["tail"] = time.perf_counter() - start
+out["staged"] = acc.state.values(CHECKPOINT_EXECUTOR)[0].peak_staged_bytes
+acc.end_training()
+print(json.dumps(out))
+"""
+
 # The disk's floor for a durable save: the same number of bytes, already in memory, written to a
 # new file in 8 MiB writes and fdatasync'ed, after os.sync(), as often as a child saves. No
 # framework can save durably in less; it tells the disk's share of a ratio from the framework's.
@@ -109,12 +175,14 @@ print(json.dumps(times))
 FRAMEWORKS = ("accelerate", "accelkw")
 
 
-def run_in_folder(base: Path, prefix: str, code: str, *args: str) -> Any:
+def run_in_folder(
+    base: Path, prefix: str, code: str, *args: str, plugins: str = "process_group"
+) -> Any:
     """Run ``code`` in a fresh interpreter with a new folder under ``base`` as its first argument;
     the JSON of its last printed line. The folder is removed afterwards."""
     folder = Path(tempfile.mkdtemp(dir=base, prefix=prefix))
     try:
-        env = {**os.environ, "OMP_NUM_THREADS": "1", "ACCELKW_PLUGINS": "process_group"}
+        env = {**os.environ, "OMP_NUM_THREADS": "1", "ACCELKW_PLUGINS": plugins}
         out = subprocess.run(
             [sys.executable, "-c", code, str(folder), *args],
             check=True,
@@ -146,12 +214,75 @@ def show(samples: list[float]) -> str:
     )
 
 
+def run_async(base: Path, mode: str, a: int, b: int) -> dict[str, Any]:
+    result: dict[str, Any] = run_in_folder(
+        base,
+        f"async-{mode}-",
+        ASYNC_CHILD,
+        mode,
+        str(a),
+        str(b),
+        plugins="process_group,async_checkpoint",
+    )
+    return result
+
+
+def paired(name: str, ratios: list[float], target: float) -> str:
+    ratio = statistics.median(ratios)
+    return (
+        f"  {name}: median of paired ratios {ratio:.2f} (min {min(ratios):.2f}, "
+        f"max {max(ratios):.2f}; target <= {target}) {'OK' if ratio <= target else 'MISSED'}"
+    )
+
+
+def main_async(args: argparse.Namespace) -> None:
+    """Issue 27: the time an asynchronous save blocks the loop, and what saves cost a loop."""
+    samples: dict[str, list[float]] = {"accelerate": [], "blocked": [], "plain": [], "saving": []}
+    blocked_ratio: list[float] = []
+    loop_ratio: list[float] = []
+    tails: list[float] = []
+    staged = 0
+    started = time.time()
+    for _ in range(args.rounds):
+        accelerate = statistics.median(run_child("accelerate", args.dir, args.saves)["save"])  # type: ignore[arg-type]
+        blocked = run_async(args.dir, "blocked", args.saves, 0)
+        plain = run_async(args.dir, "loop", 0, args.steps)
+        saving = run_async(args.dir, "loop", args.every, args.steps)
+        staged = max(staged, int(blocked["staged"]), int(saving["staged"]))
+        samples["accelerate"].append(accelerate)
+        samples["blocked"].append(statistics.median(blocked["save"]))
+        samples["plain"].append(plain["loop"])
+        samples["saving"].append(saving["loop"])
+        tails.append(saving["tail"])
+        blocked_ratio.append(samples["blocked"][-1] / accelerate)
+        loop_ratio.append(saving["loop"] / plain["loop"])
+    saves = args.steps // args.every
+    print(f"asynchronous saves, {args.rounds} rounds, {time.time() - started:.0f} s")
+    print(f"  save Accelerate (returns, not durable) {show(samples['accelerate'])}")
+    print(f"  save accelkw async, blocked            {show(samples['blocked'])}")
+    print(paired("blocked / Accelerate's save", blocked_ratio, 0.5))
+    print(f"  loop of {args.steps} steps, no save        {show(samples['plain'])}")
+    print(
+        f"  loop of {args.steps} steps, {saves} async saves (every {args.every}) "
+        f"{show(samples['saving'])}"
+    )
+    print(paired("loop with saves / loop without", loop_ratio, 1.05))
+    print(f"  the last save's wait after the loop    {show(tails)}")
+    print(f"  staging copy: {staged / 2**20:.0f} MiB (peak, one save in flight)")
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--rounds", type=int, default=5)
     parser.add_argument("--saves", type=int, default=3)
     parser.add_argument("--dir", type=Path, default=Path(tempfile.gettempdir()))
+    parser.add_argument("--async", dest="asynchronous", action="store_true")
+    parser.add_argument("--every", type=int, default=20)
+    parser.add_argument("--steps", type=int, default=50)
     args = parser.parse_args()
+    if args.asynchronous:
+        main_async(args)
+        return
     medians: dict[str, dict[str, list[float]]] = {fw: {"save": [], "load": []} for fw in FRAMEWORKS}
     ratios: dict[str, list[float]] = {"save": [], "load": []}
     floors: list[float] = []

@@ -16,6 +16,9 @@ Each saves ``RUN_DIR/ckpt`` once (the *first* checkpoint), takes a step, and sav
   and the test kills it after a delay of its choosing;
 - ``none``: no kill.
 
+With ``async`` (a third argument, or ``async_saves=True``) the saves go through
+accelkw-async-checkpoint: ``write`` and ``commit`` then kill the background thread's save.
+
 Before each save the weights it will hold are written to ``RUN_DIR/first.pt`` and
 ``RUN_DIR/second.pt`` (rank 0), so the test can tell which checkpoint survived.
 """
@@ -88,7 +91,7 @@ def _arm_commit() -> None:
     durable.commit_folder = commit
 
 
-def build(rank: int, world_size: int) -> tuple[Any, ...]:
+def build(rank: int, world_size: int, async_saves: bool = False) -> tuple[Any, ...]:
     """An Accelerator (a gloo group for two processes), a model of ~4 MB, Adam, a Tripwire."""
     import torch
 
@@ -96,7 +99,14 @@ def build(rank: int, world_size: int) -> tuple[Any, ...]:
     from accelkw_core.testing import isolated_registry, plugin_of
     from tests.runtime_helpers import GroupKwargs, SyncKwargs
 
-    acc = Accelerator(cpu=True, registry=isolated_registry([plugin_of(GroupKwargs, SyncKwargs)]))
+    plugins = [plugin_of(GroupKwargs, SyncKwargs)]
+    handlers = []
+    if async_saves:
+        from accelkw_async_checkpoint import AsyncCheckpointKwargs
+
+        plugins.append(plugin_of(AsyncCheckpointKwargs))
+        handlers.append(AsyncCheckpointKwargs())
+    acc = Accelerator(cpu=True, registry=isolated_registry(plugins), kwargs_handlers=handlers)
     torch.manual_seed(0)
     model = torch.nn.Sequential(torch.nn.Linear(256, 1024), torch.nn.Linear(1024, 256))
     optimizer = torch.optim.Adam(model.parameters(), lr=0.01)
@@ -115,13 +125,13 @@ def _step(acc: Any, model: Any, optimizer: Any) -> None:
     optimizer.zero_grad()
 
 
-def run(rank: int, run_dir: str, moment: str, victim: int = 0) -> None:
+def run(rank: int, run_dir: str, moment: str, victim: int = 0, async_saves: bool = False) -> None:
     """Save, step, save again and die at ``moment`` of the second save (on rank ``victim``)."""
     import torch
 
     out = Path(run_dir)
     world_size = int(os.environ.get("WORLD_SIZE", "1"))
-    acc, model, optimizer, tripwire = build(rank, world_size)
+    acc, model, optimizer, tripwire = build(rank, world_size, async_saves)
     _step(acc, model, optimizer)
     if rank == 0:
         torch.save(acc.get_state_dict(model), out / "first.pt")
@@ -142,12 +152,14 @@ def run(rank: int, run_dir: str, moment: str, victim: int = 0) -> None:
         elif moment == "timed":
             (out / "saving").write_text("now")
     acc.save_state(out / "ckpt")
+    if async_saves:  # training goes on while the thread writes: what it writes must not change
+        _step(acc, model, optimizer)
     acc.end_training()
 
 
 if __name__ == "__main__":
     sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-    run(0, sys.argv[1], sys.argv[2])
+    run(0, sys.argv[1], sys.argv[2], async_saves=sys.argv[3:] == ["async"])
 
 
 class Steps:
@@ -389,3 +401,23 @@ def resume_chain(rank: int, folder: str, configs: list[dict[str, Any]]) -> list[
         results.append({"whole": whole, "weights": weights, "chain": chain, "final": final})
     acc.end_training()
     return results
+
+
+def async_resume(rank: int, folder: str, resume: bool) -> list[float]:
+    """8 steps of the ``build`` run with asynchronous saves: saving at step 4 and going on, or
+    (``resume``) loading that checkpoint and doing steps 5 to 8; the final weights, flattened."""
+    import torch
+
+    world_size = int(os.environ.get("WORLD_SIZE", "1"))
+    acc, model, optimizer, _tripwire = build(rank, world_size, async_saves=True)
+    torch.manual_seed(100 + rank)
+    start = 0
+    if resume:
+        acc.load_state(Path(folder))
+        start = 4
+    for i in range(start, 8):
+        _step(acc, model, optimizer)
+        if not resume and i + 1 == 4:
+            acc.save_state(Path(folder))
+    acc.end_training()
+    return [float(x) for p in model.parameters() for x in p.detach().flatten()[:64]]

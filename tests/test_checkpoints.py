@@ -376,11 +376,12 @@ def _surviving(run_dir: Path) -> str:
     raise AssertionError("the checkpoint holds neither the first nor the second save")
 
 
-def _script(run_dir: Path, moment: str) -> subprocess.Popen[bytes]:
+def _script(run_dir: Path, moment: str, *extra: str) -> subprocess.Popen[bytes]:
     env = {k: v for k, v in os.environ.items() if not k.startswith("ACCELKW_")}
     env["OMP_NUM_THREADS"] = "1"
+    script = str(ROOT / "tests" / "checkpoint_workers.py")
     return subprocess.Popen(
-        [sys.executable, str(ROOT / "tests" / "checkpoint_workers.py"), str(run_dir), moment],
+        [sys.executable, script, str(run_dir), moment, *extra],
         cwd=run_dir,
         env=env,
     )

@@ -156,7 +156,7 @@ def test_the_points_are_typed_constants_exported_for_plugins() -> None:
 
     for point in POINTS.values():
         assert getattr(tier, point.name.upper()) is point, point.name
-        assert point.role in ("precision", "distribution", "shared", "loop")
+        assert point.role in ("precision", "distribution", "shared", "loop", "checkpoint")
         assert point.ranks
     assert "data_loader_wrapper" not in POINTS  # nothing contributed to it: dropped
     assert make_state().values(LOSS) == []

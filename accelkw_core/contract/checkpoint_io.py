@@ -13,7 +13,13 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any, Protocol
 
-__all__ = ["CheckpointFolder", "CheckpointManifest", "CheckpointReader", "CheckpointWriter"]
+__all__ = [
+    "CheckpointFolder",
+    "CheckpointManifest",
+    "CheckpointReader",
+    "CheckpointWriter",
+    "SaveJob",
+]
 
 
 class CheckpointManifest(Protocol):
@@ -114,4 +120,33 @@ class CheckpointReader(CheckpointFolder, Protocol):
 
     def verify_tree(self, name: str) -> Path:
         """Check every file under the sub-folder ``name``; its path."""
+        ...
+
+
+class SaveJob(Protocol):
+    """One ``save_state`` handed to a ``checkpoint_executor`` contribution.
+
+    The runtime's class of the same name (in ``accelkw_core.runtime.checkpoints``) implements it.
+    ``folder``: the checkpoint folder it saves, known before :meth:`stage`, so an executor can
+    wait for an earlier save of the same folder first; ``distributed``: whether the run has
+    several processes (then :meth:`commit` needs the executor's process group); ``notes``: what
+    :meth:`stage` cleaned up, for warnings; ``staged_bytes``: the staged copy's size.
+    """
+
+    folder: Path
+    distributed: bool
+    notes: list[str]
+
+    @property
+    def staged_bytes(self) -> int:
+        """Bytes of state the staged copy holds (0 before :meth:`stage`)."""
+        ...
+
+    def stage(self) -> Path:
+        """Lock, prepare and copy every state to CPU memory, on the caller's thread."""
+        ...
+
+    def commit(self, group: Any = None) -> Path:
+        """Write, sync, agree (on ``group``) and commit, once; raises a ``CheckpointError``
+        naming the file on every process when it fails, the previous checkpoint kept."""
         ...

@@ -18,7 +18,7 @@ from accelkw_core.contract.step import AfterStep, AroundStep
 if TYPE_CHECKING:
     import torch
 
-    from accelkw_core.contract.checkpoint_io import CheckpointReader, CheckpointWriter
+    from accelkw_core.contract.checkpoint_io import CheckpointReader, CheckpointWriter, SaveJob
 
 __all__ = [
     "AccumulationPolicy",
@@ -27,6 +27,7 @@ __all__ = [
     "AroundStep",
     "Backward",
     "CheckpointContribution",
+    "CheckpointExecutor",
     "CheckpointOwner",
     "ForwardContext",
     "LossTransform",
@@ -170,3 +171,19 @@ class StartsFresh(Protocol):
 
 #: ``checkpoint``: either kind; an object with ``save_checkpoint`` is treated as an owner.
 CheckpointContribution = Stateful | CheckpointOwner
+
+
+class CheckpointExecutor(Protocol):
+    """``checkpoint_executor``: where and when a save's files are written and committed.
+
+    ``submit(job)`` is called by ``save_state`` on every process, in order; it must call
+    ``job.stage()`` before returning (on the caller's thread: the state is copied then), and
+    ``job.commit(group)`` once, where it likes (a thread of its own; ``group`` a process group
+    of its own for a run of several processes). ``wait()`` returns once every submitted save
+    is committed, and raises a failed one's error once; ``load_state``, ``wait_for_everyone``,
+    ``end_training`` and ``accelerator.wait_for_checkpoints()`` call it.
+    """
+
+    def submit(self, job: SaveJob, /) -> None: ...
+
+    def wait(self) -> None: ...

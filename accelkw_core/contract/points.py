@@ -20,7 +20,8 @@ them: the **precision** role (how numbers are computed: ``backward``, ``unscale_
 with the shared ``forward_context`` and ``forward_output``) and the **distribution** role (how
 the model is spread over processes: ``no_sync``, ``model_state``, ``model_checkpoint``, with the
 shared ``model_wrapper`` and ``optimizer_wrapper``). The other points are ``shared`` (anyone
-adds to them) or belong to the ``loop`` (``accumulation``, ``profiler``).
+adds to them) or belong to the ``loop`` (``accumulation``, ``profiler``) or to ``checkpoint``
+(``checkpoint_executor``: where a save is written).
 """
 
 from __future__ import annotations
@@ -35,6 +36,7 @@ from accelkw_core.contract.contributions import (
     AroundStep,
     Backward,
     CheckpointContribution,
+    CheckpointExecutor,
     ForwardContext,
     LossTransform,
     ModelCheckpoint,
@@ -56,6 +58,7 @@ __all__ = [
     "ATTRIBUTE",
     "BACKWARD",
     "CHECKPOINT",
+    "CHECKPOINT_EXECUTOR",
     "EVERY_RANK",
     "FORWARD_CONTEXT",
     "FORWARD_OUTPUT",
@@ -79,7 +82,7 @@ __all__ = [
 ]
 
 ONE, MANY, KEYED, STACK = "one", "many", "keyed", "stack"
-ROLES = ("precision", "distribution", "shared", "loop")
+ROLES = ("precision", "distribution", "shared", "loop", "checkpoint")
 EVERY_RANK = "every rank"
 
 # Contravariant, as for anything that takes values in: a point of ``ModelWrapper`` accepts any
@@ -286,6 +289,18 @@ CHECKPOINT: ExtensionPoint[CheckpointContribution] = ExtensionPoint(
     "every rank for an owner's ``save_checkpoint``/``read_checkpoint``; the main process "
     "for ``state_dict()``, every rank for ``load_state_dict``",
 )
+CHECKPOINT_EXECUTOR: ExtensionPoint[CheckpointExecutor] = ExtensionPoint(
+    "checkpoint_executor",
+    ONE,
+    "an object with ``submit(job)`` and ``wait()`` (``CheckpointExecutor``)",
+    "given every ``save_state`` as a ``SaveJob``: it stages the job on the caller's thread "
+    "(the state copied to CPU memory) and commits it where it likes (a background thread), "
+    "with the synchronous save's protocol and files; ``load_state``, ``wait_for_everyone``, "
+    "``end_training`` and ``wait_for_checkpoints()`` call ``wait()``, which raises a failed "
+    "save's error; without a contribution ``save_state`` writes and commits before it returns",
+    "checkpoint",
+    "every rank, in ``save_state`` (``submit``) and wherever saves are waited for (``wait``)",
+)
 ATTRIBUTE: ExtensionPoint[object] = ExtensionPoint(
     "attribute",
     KEYED,
@@ -323,6 +338,7 @@ POINTS: dict[str, ExtensionPoint[Any]] = {
         MODEL_CHECKPOINT,
         PROFILER,
         CHECKPOINT,
+        CHECKPOINT_EXECUTOR,
         ATTRIBUTE,
         TEARDOWN,
     )

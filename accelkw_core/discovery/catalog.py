@@ -15,6 +15,7 @@ __all__ = [
     "ACCELERATE_ENV_PROVIDERS",
     "ACCELERATE_KEYWORDS",
     "ACCELERATE_TOP_LEVEL",
+    "ACCELKW_ONLY",
     "BUILTINS",
     "HANDLER_DISTRIBUTIONS",
     "PROVIDERS",
@@ -30,7 +31,9 @@ __all__ = [
 class Builtin(NamedTuple):
     """A built-in handler plugin: registry name, reference class, module, distribution, folder.
 
-    ``extra_names`` are other reference names the module serves (enums).
+    ``extra_names`` are other reference names the module serves (enums); ``in_accelerate``:
+    whether Accelerate has the class (``False`` for a handler of accelkw's own, served by
+    ``accelkw_core.utils`` all the same but never an import a ported script rewrites).
     """
 
     name: str
@@ -39,6 +42,7 @@ class Builtin(NamedTuple):
     distribution: str
     folder: str
     extra_names: tuple[str, ...] = ()
+    in_accelerate: bool = True
 
 
 BUILTINS: tuple[Builtin, ...] = (
@@ -82,12 +86,23 @@ BUILTINS: tuple[Builtin, ...] = (
         "compile",
         ("DynamoBackend",),
     ),
+    Builtin(
+        "async_checkpoint",
+        "AsyncCheckpointKwargs",
+        "accelkw_async_checkpoint",
+        "accelkw-async-checkpoint",
+        "async-checkpoint",
+        in_accelerate=False,
+    ),
 )
 
 # Reference class name -> (module that defines it, distribution that ships the module).
 REFERENCE_NAMES: dict[str, tuple[str, str]] = {
     ref: (b.module, b.distribution) for b in BUILTINS for ref in (b.cls, *b.extra_names)
 }
+
+# The built-ins' classes Accelerate does not have (accelkw's own handlers).
+ACCELKW_ONLY = frozenset(b.cls for b in BUILTINS if not b.in_accelerate)
 
 # Reference names Accelerate exports from ``accelerate`` itself as well as ``accelerate.utils``.
 ACCELERATE_TOP_LEVEL = frozenset(

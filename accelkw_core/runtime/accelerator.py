@@ -335,7 +335,8 @@ class Accelerator(PreparingAPI, AccumulationAPI, CheckpointAPI, TrackingAPI, Acc
         return reduce(tensor, reduction, scale)
 
     def wait_for_everyone(self) -> None:
-        """Block until every process reaches this call."""
+        """Block until every process reaches this call (and this process's saves are committed)."""
+        self.wait_for_checkpoints()
         ops.barrier(self.state)
 
     def print(self, *args: Any, **kwargs: Any) -> None:
@@ -356,11 +357,19 @@ class Accelerator(PreparingAPI, AccumulationAPI, CheckpointAPI, TrackingAPI, Acc
             return
         self._ended = True
         atexit.unregister(self._atexit)
+        # Pending saves first: a teardown may destroy the process group they agree on.
+        saving_failure: BaseException | None = None
+        try:
+            self.wait_for_checkpoints()
+        except Exception as failed:
+            saving_failure = failed
         tracker_failures = self._finish_trackers()
         for name, exc in self.state.run_teardowns():
             warnings.warn(
                 f"teardown of handler {name!r} failed: {type(exc).__name__}: {exc}", stacklevel=2
             )
+        if saving_failure is not None:
+            raise saving_failure
         if tracker_failures:
             raise tracker_failures[0][1]
 

@@ -6,19 +6,23 @@ With the ``ProjectConfiguration`` that places them (``project_dir``, automatic n
 
 from __future__ import annotations
 
+import functools
 import logging
 import os
 import warnings
+from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from accelkw_core.contract.points import MODEL_CHECKPOINT
+from accelkw_core.contract.contributions import CheckpointExecutor
+from accelkw_core.contract.points import CHECKPOINT_EXECUTOR, MODEL_CHECKPOINT
 from accelkw_core.errors import (
     CheckpointError,
     CheckpointNotFoundError,
     CheckpointWarning,
     ConfigError,
 )
+from accelkw_core.runtime.checkpoints.deferred import SaveJob
 from accelkw_core.runtime.checkpoints.durable import remove_tree
 from accelkw_core.runtime.checkpoints.layout import Checkpointed
 from accelkw_core.runtime.checkpoints.load import load_checkpoint
@@ -28,7 +32,7 @@ from accelkw_core.runtime.checkpoints.project import (
     is_complete,
     numbered_checkpoints,
 )
-from accelkw_core.runtime.checkpoints.save import save_checkpoint
+from accelkw_core.runtime.checkpoints.save import PendingSave, begin_save
 
 if TYPE_CHECKING:
     from accelkw_core.runtime.state import AcceleratorState
@@ -142,7 +146,8 @@ class CheckpointAPI:
             else [self.get_state_dict(model) for model in what.models]
         )
         logger.info("saving the run's state to %s", folder)
-        saved, notes = save_checkpoint(
+        begin = functools.partial(
+            begin_save,
             self.state,
             folder,
             what,
@@ -150,14 +155,46 @@ class CheckpointAPI:
             safe_serialization=safe_serialization,
             save_on_each_node=config.save_on_each_node,
         )
+        executors = self.state.values(CHECKPOINT_EXECUTOR)
+        if executors:
+            notes = self._submit(executors[0], folder, functools.partial(begin, staged=True))
+        else:
+            pending = begin()
+            pending.complete()
+            notes = pending.notes
         for note in notes:
             warnings.warn(f"save_state: {note}", CheckpointWarning, stacklevel=2)
-        if config.automatic_checkpoint_naming:
+        if config.automatic_checkpoint_naming and not executors:
             if self.state.is_main_process:
                 self._prune()
             self._barrier()
         config.iteration += 1
-        return saved
+        return folder
+
+    def _submit(
+        self, executor: CheckpointExecutor, folder: Path, begin: Callable[[], PendingSave]
+    ) -> list[str]:
+        """Hand the save to the ``checkpoint_executor``: staged now, committed where it says;
+        the notes of the staging."""
+        automatic = self.project_configuration.automatic_checkpoint_naming
+
+        def after_commit() -> None:
+            if automatic:
+                self._prune()  # only once the new checkpoint is committed
+
+        job = SaveJob(self.state, folder, begin, after_commit)
+        executor.submit(job)
+        return job.notes
+
+    def wait_for_checkpoints(self) -> None:
+        """Wait until every checkpoint ``save_state`` handed to a background writer is committed.
+
+        Raises the :class:`~accelkw_core.errors.CheckpointError` of one that failed (the
+        checkpoint saved before it is kept). Without a ``checkpoint_executor`` contribution
+        (``save_state`` commits before it returns) there is nothing to wait for.
+        """
+        for executor in self.state.values(CHECKPOINT_EXECUTOR):
+            executor.wait()
 
     def _agreed_folder(self, folder: Path) -> Path:
         # Every process must write into the folder the main process chose (automatic naming
@@ -188,6 +225,7 @@ class CheckpointAPI:
         anything is changed: a missing, short or damaged file raises
         :class:`~accelkw_core.errors.CheckpointError` naming it, leaving every object as it was.
         """
+        self.wait_for_checkpoints()
         if input_dir is not None:
             folder = _directory(input_dir, "input_dir")
         elif self.project_configuration.automatic_checkpoint_naming:

@@ -12,7 +12,7 @@ from __future__ import annotations
 import ast
 from typing import NamedTuple
 
-from accelkw_core.discovery.catalog import ACCELERATE_TOP_LEVEL, REFERENCE_NAMES
+from accelkw_core.discovery.catalog import ACCELERATE_TOP_LEVEL, ACCELKW_ONLY, REFERENCE_NAMES
 from accelkw_core.errors import PortError
 
 __all__ = ["NAMES", "Name", "PortError", "lookup", "port_imports"]
@@ -46,8 +46,10 @@ def _rows(module: str, target: str | None, names: str, note: str = "") -> list[N
 
 
 # The built-ins' reference classes, from the catalog: Accelerate exports every one from
-# accelerate.utils, and some from accelerate itself too.
-_UTILS_HANDLERS = sorted((name, dist) for name, (_, dist) in REFERENCE_NAMES.items())
+# accelerate.utils, and some from accelerate itself too (accelkw's own handlers are not its).
+_UTILS_HANDLERS = sorted(
+    (name, dist) for name, (_, dist) in REFERENCE_NAMES.items() if name not in ACCELKW_ONLY
+)
 _HANDLERS = [(name, dist) for name, dist in _UTILS_HANDLERS if name in ACCELERATE_TOP_LEVEL]
 
 NAMES: tuple[Name, ...] = (

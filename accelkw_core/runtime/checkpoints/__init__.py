@@ -5,8 +5,9 @@ folders fsynced and committed by rename), :mod:`.lock` (one writer per folder),
 :mod:`.manifest` (what a folder holds), :mod:`.files` (the writer and reader contributions use),
 :mod:`.agreement` (the processes agreeing on each stage), :mod:`.random_states` (each process's
 generators and loaders' positions), :mod:`.save` and :mod:`.load` (the two protocols),
-:mod:`.project` (``ProjectConfiguration`` and automatic naming) and :mod:`.pretrained`
-(``save_model``'s files).
+:mod:`.project` (``ProjectConfiguration`` and automatic naming), :mod:`.pretrained`
+(``save_model``'s files), :mod:`.staging` (a save's state copied for a background write) and
+:mod:`.deferred` (the ``SaveJob`` a checkpoint executor runs).
 """
 
 from accelkw_core.errors import CheckpointLockedError
@@ -16,7 +17,7 @@ from accelkw_core.runtime.checkpoints.load import load_checkpoint
 from accelkw_core.runtime.checkpoints.lock import WriterLock
 from accelkw_core.runtime.checkpoints.manifest import MANIFEST, Manifest, read_manifest
 from accelkw_core.runtime.checkpoints.project import ProjectConfiguration
-from accelkw_core.runtime.checkpoints.save import save_checkpoint
+from accelkw_core.runtime.checkpoints.save import PendingSave, begin_save
 
 __all__ = [
     "MANIFEST",
@@ -25,9 +26,10 @@ __all__ = [
     "CheckpointWriter",
     "Checkpointed",
     "Manifest",
+    "PendingSave",
     "ProjectConfiguration",
     "WriterLock",
+    "begin_save",
     "load_checkpoint",
     "read_manifest",
-    "save_checkpoint",
 ]

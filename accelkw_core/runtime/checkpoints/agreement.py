@@ -3,7 +3,8 @@
 Each stage ends with every process telling the others whether it succeeded (one gather, never a
 barrier a failed process would skip): a failure on any process makes every process raise, at
 once, rather than the others waiting for the process group's timeout. Without a process group
-these are plain local checks.
+these are plain local checks. A save committed in the background passes ``group``, a process
+group of its own, so its agreement never interleaves with the training's collectives.
 """
 
 from __future__ import annotations
@@ -24,19 +25,30 @@ def _grouped(state: AcceleratorState) -> bool:
     return state.distributed and ops.has_group()
 
 
-def exchange(state: AcceleratorState, value: Any) -> list[Any]:
-    """Every process's ``value``, in rank order (``[value]`` without a process group)."""
+def exchange(state: AcceleratorState, value: Any, group: Any = None) -> list[Any]:
+    """Every process's ``value``, in rank order (``[value]`` without a process group).
+
+    On ``group`` when given (a ``torch.distributed`` group), else on the default one.
+    """
     from accelkw_core.runtime import collectives as ops
 
     if not _grouped(state):
         return [value]
-    return list(ops.gather_objects([value], state))
+    if group is None:
+        return list(ops.gather_objects([value], state))
+    import torch.distributed as dist
+
+    parts: list[Any] = [None] * state.world_size
+    dist.all_gather_object(parts, value, group=group)
+    return parts
 
 
-def failures(state: AcceleratorState, error: BaseException | None) -> list[tuple[int, str]]:
+def failures(
+    state: AcceleratorState, error: BaseException | None, group: Any = None
+) -> list[tuple[int, str]]:
     """``(rank, message)`` of every process that failed; every process gets the same list."""
     report = None if error is None else (state.rank, str(error))
-    return [r for r in exchange(state, report) if r is not None]
+    return [r for r in exchange(state, report, group) if r is not None]
 
 
 def raise_agreed(error: BaseException | None, failed: list[tuple[int, str]]) -> None:
@@ -48,17 +60,23 @@ def raise_agreed(error: BaseException | None, failed: list[tuple[int, str]]) -> 
         raise CheckpointError(f"(process {rank})", f"failed: {message}")
 
 
-def agree(state: AcceleratorState, error: BaseException | None) -> None:
+def agree(state: AcceleratorState, error: BaseException | None, group: Any = None) -> None:
     """Raise on every process if any failed: the process's own error, else the first one's."""
-    raise_agreed(error, failures(state, error))
+    raise_agreed(error, failures(state, error, group))
 
 
-def barrier(state: AcceleratorState) -> None:
+def barrier(state: AcceleratorState, group: Any = None) -> None:
     """Wait for every process (nothing to wait for without a process group)."""
     from accelkw_core.runtime import collectives as ops
 
-    if _grouped(state):
+    if not _grouped(state):
+        return
+    if group is None:
         ops.barrier(state)
+    else:
+        import torch.distributed as dist
+
+        dist.barrier(group=group)
 
 
 def node_of(state: AcceleratorState) -> int:

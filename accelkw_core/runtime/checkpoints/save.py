@@ -41,11 +41,18 @@ from accelkw_core.runtime.checkpoints.lock import WriterLock, is_held
 from accelkw_core.runtime.checkpoints.manifest import Manifest
 from accelkw_core.runtime.checkpoints.project import is_complete
 from accelkw_core.runtime.checkpoints.random_states import random_states
+from accelkw_core.runtime.checkpoints.staging import StagingWriter
 
 if TYPE_CHECKING:
     from accelkw_core.runtime.state import AcceleratorState
 
-__all__ = ["model_state_dict", "recover_commit", "save_checkpoint", "target_of"]
+__all__ = [
+    "PendingSave",
+    "begin_save",
+    "model_state_dict",
+    "recover_commit",
+    "target_of",
+]
 
 
 def model_state_dict(state: AcceleratorState, model: Any, unwrapped: Any) -> dict[str, Any]:
@@ -221,7 +228,7 @@ def _shared_temporary(
     raise CheckpointError("save_state", "no process made the temporary folder")
 
 
-def save_checkpoint(
+def begin_save(
     state: AcceleratorState,
     folder: Path,
     what: Checkpointed,
@@ -229,10 +236,18 @@ def save_checkpoint(
     *,
     safe_serialization: bool = True,
     save_on_each_node: bool = False,
-) -> tuple[Path, list[str]]:
-    """Write a whole checkpoint to ``folder``, replacing the one there only once it is complete.
+    staged: bool = False,
+) -> PendingSave:
+    """Begin a save of ``folder``: lock, prepare, and write (or stage), on the caller's thread.
 
-    Returns the folder and notes on what was cleaned up (stale temporaries, an interrupted commit).
+    ``begin_save(...).complete()`` is a whole save: ``folder`` replaced only once the new
+    checkpoint is complete; :attr:`PendingSave.notes` says what was cleaned up (stale
+    temporaries, an interrupted commit).
+
+    With ``staged``, the files are not written yet: every state is copied
+    (:class:`~accelkw_core.runtime.checkpoints.staging.StagingWriter`) and the processes agree
+    that staging succeeded (a state torch would refuse fails here, on every process).
+    :meth:`PendingSave.complete` does the rest, on any thread.
     """
     committer = _committer(state, save_on_each_node)
     # The lock is the folder's a link points to: two links to one folder share its writer.
@@ -241,42 +256,130 @@ def save_checkpoint(
     try:
         mine, notes, error = _start(target, lock)
         temporary = _shared_temporary(state, mine, error)
-        writer = CheckpointWriter(temporary, state)
+        writer = StagingWriter(temporary, state) if staged else CheckpointWriter(temporary, state)
         handlers: list[str] = []
         try:
-            try:
-                handlers = _write_states(
-                    writer, state, what, weights, safe=safe_serialization, shared=committer
-                )
-            finally:
-                writer.finish()
+            handlers = _write_states(
+                writer, state, what, weights, safe=safe_serialization, shared=committer
+            )
+            if isinstance(writer, StagingWriter):
+                writer.settle()
         except BaseException as exc:
             error = exc
-        entries = _gather_entries(state, writer, error, per_node=save_on_each_node)
-        if error is not None or entries is None:
-            if committer:
-                durable.remove_tree(temporary)
-            agree(state, error)
-            raise CheckpointError(temporary, "was not written whole by every process")
-        if committer:
-            try:
-                Manifest(
-                    world_size=state.world_size, step=what.step, handlers=handlers, files=entries
-                ).write(temporary)
-                durable.commit_folder(temporary, target)
-            except BaseException as exc:
-                error = (
-                    durable.write_error(temporary, exc, "committed")
-                    if isinstance(exc, OSError)
-                    else exc
-                )
-                durable.remove_tree(temporary)
-        # The commit is agreed like the writes: a failed one raises on every process at once.
-        raise_agreed(error, failures(state, error))
-        return folder, notes
-    finally:
+        if staged:
+            failed = failures(state, error)
+            if failed:
+                if committer:
+                    durable.remove_tree(temporary)
+                raise_agreed(error, failed)
+    except BaseException:
         if lock is not None:
             lock.release()
+        raise
+    return PendingSave(
+        state,
+        folder,
+        target,
+        lock,
+        temporary,
+        writer,
+        handlers,
+        error,
+        what.step,
+        notes,
+        per_node=save_on_each_node,
+    )
+
+
+class PendingSave:
+    """A save begun by :func:`begin_save`: its files written or staged, its lock held.
+
+    :meth:`complete` syncs, agrees, writes the manifest, commits and releases the lock, once.
+    """
+
+    def __init__(
+        self,
+        state: AcceleratorState,
+        folder: Path,
+        target: Path,
+        lock: WriterLock | None,
+        temporary: Path,
+        writer: CheckpointWriter,
+        handlers: list[str],
+        error: BaseException | None,
+        step: int,
+        notes: list[str],
+        *,
+        per_node: bool,
+    ) -> None:
+        self.state = state
+        self.folder = folder
+        self.notes = notes
+        self._target = target
+        self._lock = lock
+        self._temporary = temporary
+        self._writer = writer
+        self._handlers = handlers
+        self._error = error
+        self._step = step
+        self._per_node = per_node
+
+    @property
+    def staged_bytes(self) -> int:
+        """How many bytes the staged state holds (0 for a save written directly)."""
+        writer = self._writer
+        return writer.staged_bytes() if isinstance(writer, StagingWriter) else 0
+
+    def complete(self, group: Any = None) -> Path:
+        """Write what was staged, sync, agree, commit; every process raises a failure at once.
+
+        ``group``: the process group the processes agree on (the default one when ``None``).
+        """
+        state, temporary = self.state, self._temporary
+        committer = self._lock is not None
+        error = self._error
+        try:
+            writer = self._writer
+            try:
+                try:
+                    if isinstance(writer, StagingWriter):
+                        real = CheckpointWriter(temporary, state)
+                        try:
+                            writer.replay(real)
+                        finally:
+                            writer = real
+                finally:
+                    writer.finish()
+            except BaseException as exc:
+                error = error or exc
+            entries = _gather_entries(state, writer, error, per_node=self._per_node, group=group)
+            if error is not None or entries is None:
+                if committer:
+                    durable.remove_tree(temporary)
+                agree(state, error, group)
+                raise CheckpointError(temporary, "was not written whole by every process")
+            if committer:
+                try:
+                    Manifest(
+                        world_size=state.world_size,
+                        step=self._step,
+                        handlers=self._handlers,
+                        files=entries,
+                    ).write(temporary)
+                    durable.commit_folder(temporary, self._target)
+                except BaseException as exc:
+                    error = (
+                        durable.write_error(temporary, exc, "committed")
+                        if isinstance(exc, OSError)
+                        else exc
+                    )
+                    durable.remove_tree(temporary)
+            # The commit is agreed like the writes: a failed one raises on every process at once.
+            raise_agreed(error, failures(state, error, group))
+            return self.folder
+        finally:
+            if self._lock is not None:
+                self._lock.release()
 
 
 def _gather_entries(
@@ -285,6 +388,7 @@ def _gather_entries(
     error: BaseException | None,
     *,
     per_node: bool,
+    group: Any = None,
 ) -> dict[str, durable.FileEntry] | None:
     """The files the processes wrote, or ``None`` when any process failed.
 
@@ -292,7 +396,7 @@ def _gather_entries(
     share this machine's disk.
     """
     mine = None if error is not None else dict(writer.entries)
-    reports = exchange(state, (node_of(state), str(error) if error else None, mine))
+    reports = exchange(state, (node_of(state), str(error) if error else None, mine), group)
     merged: dict[str, durable.FileEntry] = {}
     for node, failure, entries in reports:
         if failure is not None or entries is None:

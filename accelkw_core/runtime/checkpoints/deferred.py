@@ -1,0 +1,88 @@
+"""A save handed to a checkpoint executor: staged on the caller's thread, committed elsewhere.
+
+``save_state`` with a ``checkpoint_executor`` contribution builds a :class:`SaveJob` and calls
+``executor.submit(job)``. The executor calls :meth:`SaveJob.stage` on the caller's thread (the
+lock taken, the folder prepared, every state copied to CPU memory, the processes agreed), then
+:meth:`SaveJob.commit` where it likes (a thread of its own): the staged files written, synced
+and hashed, the processes agreed on a process group the executor gives, the manifest written,
+the folder committed, and, after the commit, what the run does then (``total_limit``'s
+removals). The protocol is :mod:`~accelkw_core.runtime.checkpoints.save`'s, unchanged: the
+same files, manifest and guarantees as a synchronous save.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from accelkw_core.runtime.checkpoints.agreement import barrier
+
+if TYPE_CHECKING:
+    from accelkw_core.runtime.checkpoints.save import PendingSave
+    from accelkw_core.runtime.state import AcceleratorState
+
+__all__ = ["SaveJob"]
+
+
+class SaveJob:
+    """One ``save_state`` for a checkpoint executor.
+
+    ``folder``: the checkpoint folder it saves (known before :meth:`stage`, so an executor can
+    wait for an earlier save of the same folder first); ``distributed``: whether the run has
+    several processes (the executor's process group is then needed by :meth:`commit`);
+    ``notes``: what :meth:`stage` cleaned up, for warnings; ``staged_bytes``: the size of the
+    staged copy, once staged.
+    """
+
+    def __init__(
+        self,
+        state: AcceleratorState,
+        folder: Path,
+        begin: Callable[[], PendingSave],
+        after_commit: Callable[[], None],
+    ) -> None:
+        self.folder = folder
+        self.distributed = state.distributed
+        self.notes: list[str] = []
+        self._state = state
+        self._begin = begin
+        self._after_commit = after_commit
+        self._pending: PendingSave | None = None
+
+    @property
+    def staged_bytes(self) -> int:
+        """Bytes of state the staged copy holds (0 before :meth:`stage`)."""
+        return 0 if self._pending is None else self._pending.staged_bytes
+
+    def stage(self) -> Path:
+        """Lock, prepare and copy every state to CPU memory; on the caller's thread, on every
+        process, in the order of its ``save_state`` calls. Raises as a synchronous save would
+        (a folder locked by another writer, a state torch would refuse); nothing is left then.
+        """
+        if self._pending is not None:
+            raise RuntimeError(f"the save of {self.folder} is already staged")
+        self._pending = self._begin()
+        self.notes = list(self._pending.notes)
+        return self.folder
+
+    def commit(self, group: Any = None) -> Path:
+        """Write, sync, agree (on ``group``), commit, then run what follows a commit; once.
+
+        A failure is a :class:`~accelkw_core.errors.CheckpointError` naming the file, raised on
+        every process; the checkpoint that was there is kept.
+        """
+        pending, self._pending = self._pending, None
+        if pending is None:
+            raise RuntimeError(f"the save of {self.folder} was not staged, or already committed")
+        folder = pending.complete(group)
+        failure: Exception | None = None
+        if self._state.is_main_process:
+            try:
+                self._after_commit()
+            except Exception as exc:  # raised after the barrier: the others never wait on it
+                failure = exc
+        barrier(self._state, group)
+        if failure is not None:
+            raise failure
+        return folder
