@@ -138,6 +138,14 @@ def check_power_sgd_options(handler: str, options: Mapping[str, Any]) -> dict[st
     return opts
 
 
+def _nccl_version() -> tuple[int, ...]:
+    import torch
+
+    # torch leaves nccl.version() unannotated; it returns NCCL's (major, minor, patch).
+    version: tuple[int, ...] = torch.cuda.nccl.version()  # type: ignore[no-untyped-call]
+    return version
+
+
 def bf16_supported() -> bool:
     """Whether torch will accept its bf16 hooks here (mirrors ``DDP._check_comm_hook``)."""
     import torch
@@ -146,9 +154,8 @@ def bf16_supported() -> bool:
     if not dist.is_available():
         return False
     cuda_build = torch.version.cuda is not None or torch.version.hip is not None
-    # torch leaves nccl.version() unannotated; it returns NCCL's (major, minor, patch).
-    nccl_version = torch.cuda.nccl.version()  # type: ignore[no-untyped-call]
-    if cuda_build and dist.is_nccl_available() and nccl_version >= (2, 10):
+    # NCCL's version is asked only of a build that has NCCL: a CPU build has no such call.
+    if cuda_build and dist.is_nccl_available() and _nccl_version() >= (2, 10):
         return True
     xccl = getattr(dist, "is_xccl_available", lambda: False)
     return bool(xccl()) and bool(torch.xpu.is_available())
