@@ -18,7 +18,8 @@ __all__ = ["SWITCH", "AccelerateEnv", "accelerate_flag", "read_declared"]
 #: The ``accelerate_env`` value for a switch variable: a true value asks for the handler.
 SWITCH = "*"
 
-# Accelerate's ``str_to_bool`` words.
+# Accelerate's ``str_to_bool`` words: an ACCELERATE_* switch is read with Accelerate's meaning,
+# which takes more words than accelkw's own table (contract.coercion's TRUE_WORDS/FALSE_WORDS).
 _TRUE = frozenset({"y", "yes", "t", "true", "on", "1"})
 _FALSE = frozenset({"n", "no", "f", "false", "off", "0"})
 
