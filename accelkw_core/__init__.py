@@ -20,7 +20,8 @@ from accelkw_core._version import __version__
 
 if TYPE_CHECKING:
     from accelkw_core.contract.handler import KwargsHandler
-    from accelkw_core.discovery.registry import Registry, get_registry, set_registry
+    from accelkw_core.discovery.default_registry import get_registry, set_registry
+    from accelkw_core.discovery.registry import Registry
     from accelkw_core.errors import (
         AccelkwError,
         CheckpointError,
@@ -62,8 +63,8 @@ _EXPORTS = {
     "KwargsHandler": "accelkw_core.contract.handler",
     "ProjectConfiguration": "accelkw_core.runtime.checkpoints.project",
     "Registry": "accelkw_core.discovery.registry",
-    "get_registry": "accelkw_core.discovery.registry",
-    "set_registry": "accelkw_core.discovery.registry",
+    "get_registry": "accelkw_core.discovery.default_registry",
+    "set_registry": "accelkw_core.discovery.default_registry",
     "AccelkwError": "accelkw_core.errors",
     "CheckpointError": "accelkw_core.errors",
     "ComposeError": "accelkw_core.errors",

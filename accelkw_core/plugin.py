@@ -30,6 +30,7 @@ from accelkw_core.contract.contributions import (
     Unscale,
 )
 from accelkw_core.contract.enums import ReferenceEnum
+from accelkw_core.contract.extension_point import Contribution
 from accelkw_core.contract.handler import KwargsHandler, handler_field
 from accelkw_core.contract.plan import Plan, PlanStep
 from accelkw_core.contract.points import (
@@ -54,7 +55,7 @@ from accelkw_core.contract.points import (
     UNSCALE_GRADIENTS,
     ExtensionPoint,
 )
-from accelkw_core.contract.state import AcceleratorState, Contribution
+from accelkw_core.contract.state import AcceleratorState
 from accelkw_core.contract.step import StepContext
 from accelkw_core.discovery.hookspecs import hookimpl
 from accelkw_core.errors import (

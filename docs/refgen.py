@@ -87,6 +87,7 @@ LABELS = {
         "contribution": "A contribution is",
         "used": "How the runtime uses it",
         "contributors": "Built-ins that contribute",
+        "example_contributors": "Examples (`examples/`) that contribute",
         "capability": "Capability",
         "providers": "Built-ins that provide it",
         "nobody": "—",
@@ -119,6 +120,7 @@ LABELS = {
         "contribution": "المساهمة",
         "used": "كيف يستخدمها وقت التشغيل",
         "contributors": "المعالجات المدمجة المساهمة",
+        "example_contributors": "الأمثلة (`examples/`) المساهمة",
         "capability": "القدرة",
         "providers": "المعالجات المدمجة التي توفرها",
         "nobody": "—",
@@ -460,15 +462,15 @@ PLAN_STATES: tuple[dict[str, Any], ...] = (
 )
 
 
-def _contract_examples(folder: str) -> list[dict[str, Any]]:
-    """The literal ``examples`` of the ``HandlerContract`` class in ``plugins/<folder>/tests``.
+def _contract_examples(tests: Path) -> list[dict[str, Any]]:
+    """The literal ``examples`` of the ``HandlerContract`` class in the plugin's ``tests`` folder.
 
     Those are the instances the plugin's own suite plans and applies; an opt-in handler
     (compile, fsdp) contributes nothing with its defaults, so its points show only with them.
     An example that is not a literal (it calls a function) is left out.
     """
     out: list[dict[str, Any]] = []
-    for path in sorted((REPO / "plugins" / folder / "tests").glob("test_*.py")):
+    for path in sorted(tests.glob("test_*.py")):
         tree = ast.parse(path.read_text(encoding="utf-8"))
         for node in ast.walk(tree):
             if not isinstance(node, ast.ClassDef):
@@ -511,7 +513,7 @@ def builtin_contributions() -> dict[str, tuple[frozenset[str], frozenset[str]]]:
         points: set[str] = set()
         provides: set[str] = set()
         instances = [cls()]
-        for example in _contract_examples(builtin.folder):
+        for example in _contract_examples(REPO / "plugins" / builtin.folder / "tests"):
             try:
                 instances.append(cls(**example))
             except (AccelkwError, TypeError, ValueError) as exc:
@@ -532,6 +534,52 @@ def builtin_contributions() -> dict[str, tuple[frozenset[str], frozenset[str]]]:
     return found
 
 
+def example_handlers() -> dict[str, tuple[type, Path]]:
+    """The handler classes of the third-party-style plugins under ``examples/``, by registry
+    name, with the example's folder: each entry point of the ``accelkw`` group their
+    ``pyproject.toml`` declares, imported and asked to register its handlers as the registry
+    would. One not installed is left out."""
+    import tomllib
+
+    found: dict[str, tuple[type, Path]] = {}
+    for pyproject in sorted((REPO / "examples").glob("*/pyproject.toml")):
+        project = tomllib.loads(pyproject.read_text(encoding="utf-8")).get("project", {})
+        for module_name in project.get("entry-points", {}).get("accelkw", {}).values():
+            try:
+                module = importlib.import_module(module_name)
+            except ImportError as exc:
+                log.info("example plugin %s not installed: %s", module_name, exc)
+                continue
+            register = getattr(module, "accelkw_register_handlers", None)
+            if register is not None:
+                register(lambda cls, at=pyproject.parent: found.__setitem__(cls.name, (cls, at)))
+    return found
+
+
+def example_contributions() -> dict[str, frozenset[str]]:
+    """Example handler name -> the points its plans contribute to: its default instance and
+    its contract tests' examples, on every state of :data:`PLAN_STATES`, as for the built-ins
+    (what an action contributes when it is carried out does not show)."""
+    from accelkw_core.errors import AccelkwError
+    from accelkw_core.testing import make_state
+
+    found: dict[str, frozenset[str]] = {}
+    for name, (cls, folder) in example_handlers().items():
+        points: set[str] = set()
+        instances = [cls()]
+        instances += [cls(**example) for example in _contract_examples(folder / "tests")]
+        for facts in PLAN_STATES:
+            for handler in instances:
+                try:
+                    plan = handler.plan(make_state(**facts))
+                except AccelkwError as exc:
+                    log.info("example %s not planned on %r: %s", name, facts, exc)
+                    continue
+                points.update(step.point for step in plan.steps if step.point is not None)
+        found[name] = frozenset(points)
+    return found
+
+
 def _builtin_links(names: list[str], link_prefix: str) -> str:
     out = []
     for name in names:
@@ -549,13 +597,16 @@ def points_table(lang: str = "en", link_prefix: str = "handlers/") -> str:
 
     labels = LABELS[lang]
     contributions = builtin_contributions()
+    examples = example_contributions()
     rows = [
         f"| {labels['point']} | {labels['cardinality']} | {labels['role']} | {labels['ranks']} | "
-        f"{labels['contribution']} | {labels['used']} | {labels['contributors']} |",
-        "|---|---|---|---|---|---|---|",
+        f"{labels['contribution']} | {labels['used']} | {labels['contributors']} | "
+        f"{labels['example_contributors']} |",
+        "|---|---|---|---|---|---|---|---|",
     ]
     for point in POINTS.values():
         users = [name for name, (points, _) in contributions.items() if point.name in points]
+        example_users = [f"`{name}`" for name, points in examples.items() if point.name in points]
         cells = (
             f"`{point.name}`",
             f"`{point.cardinality}`",
@@ -564,9 +615,10 @@ def points_table(lang: str = "en", link_prefix: str = "handlers/") -> str:
             _cell(rst_to_md(point.contribution)),
             _cell(rst_to_md(point.used)),
             _builtin_links(users, link_prefix) or labels["nobody"],
+            ", ".join(example_users) or labels["nobody"],
         )
         rows.append("| " + " | ".join(cells) + " |")
-    return "\n".join(rows + _missing_row(lang, 7))
+    return "\n".join(rows + _missing_row(lang, 8))
 
 
 def capabilities_table(lang: str = "en", link_prefix: str = "handlers/") -> str:

@@ -126,7 +126,8 @@ def site(tmp_path: Path) -> Path:
 @pytest.fixture
 def fresh_registry() -> Callable[..., Any]:
     """Build isolated registries (no entry points) and restore the global one afterwards."""
-    from accelkw_core.discovery.registry import Registry, set_registry
+    from accelkw_core.discovery.default_registry import set_registry
+    from accelkw_core.discovery.registry import Registry
 
     undo = set_registry(None)
 

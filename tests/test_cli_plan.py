@@ -15,7 +15,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 import runtime_helpers as rh
 
 from accelkw_core.cli.main import main
-from accelkw_core.discovery.registry import set_registry
+from accelkw_core.discovery.default_registry import set_registry
 
 
 @pytest.fixture(autouse=True)

@@ -195,3 +195,93 @@ def test_the_plugin_api_is_the_contract_without_the_runtime() -> None:
         "accelkw_core.errors",
         "accelkw_core.plugin",
     }, outside
+
+
+def _module_name(path: Path) -> str:
+    parts = list(path.relative_to(CORE).with_suffix("").parts)
+    if parts[-1] == "__init__":
+        parts.pop()
+    return ".".join(["accelkw_core", *parts])
+
+
+def import_graph(root: Path = CORE) -> dict[str, set[str]]:
+    """Module -> the modules of the core it imports, every import counted as above.
+
+    ``from package import name`` counts as an import of ``package.name`` when that is a module,
+    else of the package; an import of a package's ``__init__`` is not followed into it (the
+    ``__init__`` files only re-export).
+    """
+    modules = {_module_name(path): path for path in root.rglob("*.py")}
+    graph: dict[str, set[str]] = {}
+    for name, path in modules.items():
+        targets: set[str] = set()
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            found: list[str] = []
+            if isinstance(node, ast.Import):
+                found = [alias.name for alias in node.names]
+            elif isinstance(node, ast.ImportFrom):
+                package = _package(path)
+                if node.level:
+                    base = ".".join(package[: len(package) - node.level + 1])
+                    module = f"{base}.{node.module}" if node.module else base
+                else:
+                    module = node.module or ""
+                found = [
+                    f"{module}.{alias.name}" if f"{module}.{alias.name}" in modules else module
+                    for alias in node.names
+                ]
+            for target in found:
+                while target and target not in modules:
+                    target = target.rpartition(".")[0]
+                if target and target != name and modules[target].name != "__init__.py":
+                    targets.add(target)
+        graph[name] = targets
+    return graph
+
+
+def import_cycles(graph: dict[str, set[str]]) -> list[list[str]]:
+    """The strongly connected components of more than one module (Tarjan's algorithm)."""
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    on_stack: set[str] = set()
+    cycles: list[list[str]] = []
+
+    def visit(node: str) -> None:
+        index[node] = low[node] = len(index)
+        stack.append(node)
+        on_stack.add(node)
+        for target in sorted(graph.get(node, ())):
+            if target not in index:
+                visit(target)
+                low[node] = min(low[node], low[target])
+            elif target in on_stack:
+                low[node] = min(low[node], index[target])
+        if low[node] == index[node]:
+            component = []
+            while True:
+                member = stack.pop()
+                on_stack.discard(member)
+                component.append(member)
+                if member == node:
+                    break
+            if len(component) > 1:
+                cycles.append(sorted(component))
+
+    for node in sorted(graph):
+        if node not in index:
+            visit(node)
+    return cycles
+
+
+def test_no_modules_of_the_core_import_each_other_in_a_circle() -> None:
+    # Within a layer too: a circle of modules (even through TYPE_CHECKING or a function-level
+    # import) is one unit a reader cannot take apart, and breaks when one import moves up.
+    cycles = import_cycles(import_graph())
+    assert not cycles, "modules in a circle of imports:\n" + "\n".join(map(str, cycles))
+
+
+def test_the_circle_check_finds_a_hidden_circle() -> None:
+    graph = {"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}}
+    assert import_cycles(graph) == [["a", "b", "c"]]
+    assert import_cycles({"a": {"b"}, "b": set()}) == []

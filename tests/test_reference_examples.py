@@ -16,7 +16,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 import runtime_helpers as rh
 
 from accelkw_core.discovery.catalog import REFERENCE_NAMES
-from accelkw_core.discovery.registry import set_registry
+from accelkw_core.discovery.default_registry import set_registry
 
 # Each example verbatim from the reference page, with the module its class comes from.
 EXAMPLES = {

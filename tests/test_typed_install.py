@@ -25,7 +25,7 @@ pytestmark = pytest.mark.xdist_group("mypy")
 WRONG = """
 from __future__ import annotations
 
-from accelkw_core.plugin import AFTER_STEP, MODEL_WRAPPER, Plan, StepContext
+from accelkw_core.plugin import AFTER_STEP, MODEL_WRAPPER, TEARDOWN, AcceleratorState, Plan, StepContext
 
 
 def to_text(count: int) -> str:
@@ -40,6 +40,11 @@ def plan() -> Plan:
     plan = Plan("typed_scratch")
     plan.contribute(AFTER_STEP, after, "right: an AfterStep")
     return plan.contribute(MODEL_WRAPPER, to_text, "wrong: int -> str is no model wrapper")
+
+
+def action(state: AcceleratorState) -> None:
+    state.contribute(TEARDOWN, "typed_scratch", lambda: None)
+    state.contribute(TEARDOWN, "typed_scratch", 3)
 """
 
 
@@ -86,10 +91,17 @@ def test_a_scratch_plugin_type_checks_against_the_installed_core(
     line = 1 + WRONG.splitlines().index(
         '    return plan.contribute(MODEL_WRAPPER, to_text, "wrong: int -> str is no model wrapper")'
     )
-    assert caught.returncode == 1 and len(errors) == 1, caught.stdout + caught.stderr
-    (error,) = errors
-    assert error.startswith(f"accelkw_typed_scratch/wrong.py:{line}: error: "), error
+    assert caught.returncode == 1 and len(errors) == 2, caught.stdout + caught.stderr
+    planned, direct = errors
+    assert planned.startswith(f"accelkw_typed_scratch/wrong.py:{line}: error: "), planned
     assert (
         'Argument 2 to "contribute" of "Plan" has incompatible type "Callable[[int], str]"; '
         'expected "Callable[[Module], Module]"  [arg-type]'
-    ) in error
+    ) in planned
+    # The state's own contribute binds the type from the point alone too.
+    line = 1 + WRONG.splitlines().index('    state.contribute(TEARDOWN, "typed_scratch", 3)')
+    assert direct.startswith(f"accelkw_typed_scratch/wrong.py:{line}: error: "), direct
+    assert (
+        'Argument 3 to "contribute" of "AcceleratorState" has incompatible type "int"; '
+        'expected "Callable[[], None]"  [arg-type]'
+    ) in direct

@@ -49,7 +49,7 @@ def cmd_check(args: argparse.Namespace) -> int:
     from accelkw_core.cli.settings_view import accelerator_lines, handler_lines, settings_json
     from accelkw_core.cli.strict import config_warnings
     from accelkw_core.config.settings import resolve_settings
-    from accelkw_core.discovery.registry import get_registry
+    from accelkw_core.discovery.default_registry import get_registry
     from accelkw_core.errors import AccelkwError
 
     registry = get_registry()

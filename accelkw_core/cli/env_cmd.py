@@ -76,7 +76,7 @@ def collect_env() -> dict[str, Any]:
 
     from accelkw_core._version import __version__
     from accelkw_core.config.files import find_config
-    from accelkw_core.discovery.registry import get_registry
+    from accelkw_core.discovery.default_registry import get_registry
 
     registry = get_registry()
     plugins = [

@@ -49,7 +49,7 @@ def build_plan(
     """The settings and the plan as JSON data; raises ``AccelkwError`` for a bad config."""
     from accelkw_core.cli.settings_view import settings_json
     from accelkw_core.config.settings import resolve_settings
-    from accelkw_core.discovery.registry import get_registry
+    from accelkw_core.discovery.default_registry import get_registry
     from accelkw_core.errors import ConfigError
     from accelkw_core.facts.environment import env_int
     from accelkw_core.runtime.planning import plan_run

@@ -263,7 +263,7 @@ def _print_listing(args: argparse.Namespace, listing: dict[str, Any]) -> int:
 def cmd_show(args: argparse.Namespace) -> int:
     import inspect
 
-    from accelkw_core.discovery.registry import get_registry
+    from accelkw_core.discovery.default_registry import get_registry
     from accelkw_core.errors import PluginError, UnknownHandlerError
 
     registry = get_registry()

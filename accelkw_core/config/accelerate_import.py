@@ -23,7 +23,8 @@ from accelkw_core.config.accelerate_env import (
 from accelkw_core.config.accelerate_launch import translate
 from accelkw_core.config.accelerate_yaml import read_accelerate_config
 from accelkw_core.contract.validation import coerce_values
-from accelkw_core.discovery.registry import Registry, get_registry
+from accelkw_core.discovery.default_registry import get_registry
+from accelkw_core.discovery.registry import Registry
 from accelkw_core.errors import AccelkwError, ConfigError
 
 __all__ = ["Imported", "import_accelerate_config"]

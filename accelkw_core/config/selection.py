@@ -11,7 +11,8 @@ from collections.abc import Iterable, Mapping, Sequence
 
 from accelkw_core.contract.handler import KwargsHandler
 from accelkw_core.discovery.catalog import install_hint
-from accelkw_core.discovery.registry import Registry, get_registry
+from accelkw_core.discovery.default_registry import get_registry
+from accelkw_core.discovery.registry import Registry
 from accelkw_core.errors import ComposeError
 
 __all__ = ["conflicting_defaults", "handler_key", "order_handlers", "resolve_handlers"]

@@ -40,7 +40,8 @@ from accelkw_core.config.selection import (
 from accelkw_core.contract.handler import KwargsHandler
 from accelkw_core.contract.validation import coerce_values
 from accelkw_core.discovery.catalog import install_hint
-from accelkw_core.discovery.registry import Registry, get_registry
+from accelkw_core.discovery.default_registry import get_registry
+from accelkw_core.discovery.registry import Registry
 from accelkw_core.discovery.required_plugins import check_requirements
 from accelkw_core.errors import AccelkwError, ConfigError, ConfigWarning, suggest
 from accelkw_core.facts.environment import ENV_PREFIX, VARIABLES, env_flag, unknown_variables

@@ -9,10 +9,11 @@ from __future__ import annotations
 
 import warnings
 from collections.abc import Callable, Iterable
-from typing import TYPE_CHECKING, Any, NamedTuple, ParamSpec, Protocol
+from typing import Any, NamedTuple, ParamSpec, Protocol
 
-if TYPE_CHECKING:
-    from accelkw_core.contract.state import AcceleratorState
+from accelkw_core.contract.extension_point import ExtensionPoint, PointStep
+from accelkw_core.contract.points import POINTS, constant_name
+from accelkw_core.contract.state import AcceleratorState
 
 P = ParamSpec("P")
 
@@ -46,7 +47,7 @@ class _StepMaker(Protocol[P]):
     <accelkw_core.contract.points.ExtensionPoint.step>`). Through ``P`` the point alone decides
     what those arguments must be."""
 
-    def step(self, *args: P.args, **kwargs: P.kwargs) -> PlanStep: ...
+    def step(self, *args: P.args, **kwargs: P.kwargs) -> PointStep: ...
 
 
 class Plan:
@@ -91,7 +92,10 @@ class Plan:
             named: Callable[..., PlanStep] = self._named_step
             self.steps.append(named(point, *args, **kwargs))
         else:
-            self.steps.append(point.step(*args, **kwargs))
+            made = point.step(*args, **kwargs)
+            self.steps.append(
+                PlanStep(made.message, made.point, made.value, made.key, None, made.provides)
+            )
         return self
 
     def _named_step(
@@ -104,8 +108,6 @@ class Plan:
         key: str | None = None,
         provides: Iterable[str] = (),
     ) -> PlanStep:
-        from accelkw_core.contract.points import POINTS, constant_name
-
         if name in POINTS:
             warnings.warn(
                 f"plan.contribute({name!r}, ...) in handler {self.handler!r}: extension "
@@ -152,10 +154,18 @@ class Plan:
             if step.action is not None:
                 step.action(state)
             if step.point is not None:
-                state.contribute(step.point, self.handler, step.value, key=step.key)
+                state.contribute(_point(step.point), self.handler, step.value, key=step.key)
             for capability in step.provides:
                 state.provide(capability, self.handler)
             state.record(self.handler, step.message, applied=step.effective)
 
     def __repr__(self) -> str:
         return f"Plan({self.handler!r}: {self.summary()})"
+
+
+def _point(name: str) -> ExtensionPoint[Any]:
+    # A step made from a point's name (the deprecated form) names no point until it is applied.
+    found = POINTS.get(name)
+    if found is None:
+        raise ValueError(f"unknown extension point {name!r}; the points are: {', '.join(POINTS)}")
+    return found

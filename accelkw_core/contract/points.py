@@ -26,9 +26,7 @@ adds to them) or belong to the ``loop`` (``accumulation``, ``profiler``) or to `
 
 from __future__ import annotations
 
-from collections.abc import Iterable
-from dataclasses import dataclass
-from typing import Any, Generic, TypeVar
+from typing import Any
 
 from accelkw_core.contract.contributions import (
     AccumulationPolicy,
@@ -49,7 +47,16 @@ from accelkw_core.contract.contributions import (
     Teardown,
     Unscale,
 )
-from accelkw_core.contract.plan import PlanStep
+from accelkw_core.contract.extension_point import (
+    EVERY_RANK,
+    KEYED,
+    MANY,
+    ONE,
+    ROLES,
+    STACK,
+    ExtensionPoint,
+    constant_name,
+)
 
 __all__ = [
     "ACCUMULATION",
@@ -80,57 +87,6 @@ __all__ = [
     "ExtensionPoint",
     "constant_name",
 ]
-
-ONE, MANY, KEYED, STACK = "one", "many", "keyed", "stack"
-ROLES = ("precision", "distribution", "shared", "loop", "checkpoint")
-EVERY_RANK = "every rank"
-
-# Contravariant, as for anything that takes values in: a point of ``ModelWrapper`` accepts any
-# subtype (a class implementing a protocol). ``Plan.contribute`` takes its value through
-# :meth:`ExtensionPoint.step`, whose ``value: T`` is already bound by the point, so a wrong
-# contribution is reported against the point's own type ("expected Callable[[Module], Module]"),
-# never as a type variable mypy could not solve.
-T_contra = TypeVar("T_contra", contravariant=True)
-
-
-@dataclass(frozen=True)
-class ExtensionPoint(Generic[T_contra]):
-    """One extension point; ``T`` is what a contribution is (checked by ``mypy``).
-
-    ``name``: the point's name (what ``accelkw plan`` prints); ``cardinality``: ``one``,
-    ``many``, ``keyed`` or ``stack``; ``contribution`` and ``used``: what a contribution is
-    and how the runtime uses it; ``role``: ``precision``, ``distribution``, ``shared`` or
-    ``loop``; ``ranks``: on which processes and when the runtime calls it.
-    """
-
-    name: str
-    cardinality: str
-    contribution: str
-    used: str
-    role: str = "shared"
-    ranks: str = EVERY_RANK
-
-    def __str__(self) -> str:
-        return self.name
-
-    def step(
-        self,
-        value: T_contra,
-        message: str,
-        /,
-        *,
-        key: str | None = None,
-        provides: Iterable[str] = (),
-    ) -> PlanStep:
-        """The plan step that contributes ``value`` to this point (what ``Plan.contribute``
-        appends); ``mypy`` checks ``value`` against ``T``."""
-        return PlanStep(message, self.name, value, key, None, tuple(provides))
-
-
-def constant_name(point: ExtensionPoint[Any] | str) -> str:
-    """The constant of ``accelkw_core.plugin`` a point is (``"model_wrapper"`` -> ``MODEL_WRAPPER``)."""
-    return str(point).upper()
-
 
 FORWARD_CONTEXT: ExtensionPoint[ForwardContext] = ExtensionPoint(
     "forward_context",

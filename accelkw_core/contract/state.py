@@ -10,24 +10,26 @@ the state.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Literal, NamedTuple, Protocol, TypeVar, overload
+from typing import TYPE_CHECKING, Any, Literal, ParamSpec, Protocol, TypeVar, overload
+
+from accelkw_core.contract.extension_point import Contribution, ExtensionPoint
 
 if TYPE_CHECKING:
     import torch
 
-    from accelkw_core.contract.points import ExtensionPoint
-
-__all__ = ["AcceleratorState", "Contribution", "LogEntry"]
+__all__ = ["AcceleratorState", "Entries", "LogEntry"]
 
 T = TypeVar("T")
+P = ParamSpec("P")
 
 
-class Contribution(NamedTuple):
-    """One handler's contribution to an extension point (``key`` for keyed points)."""
+class Entries(Protocol[P]):
+    """What ``state.contribute`` takes first: an extension point, whose :meth:`entry
+    <accelkw_core.contract.extension_point.ExtensionPoint.entry>` makes the contribution from
+    the arguments after it. Through ``P`` the point alone types them, so a wrong value is
+    reported as "expected <the point's type>"."""
 
-    handler: str
-    value: Any
-    key: str | None = None
+    def entry(self, *args: P.args, **kwargs: P.kwargs) -> Contribution: ...
 
 
 @dataclass(frozen=True)
@@ -110,20 +112,14 @@ class AcceleratorState(Protocol):
         """The log lines recorded by ``handler``."""
         ...
 
-    @overload
-    def contribute(
-        self, point: ExtensionPoint[T], handler: str, value: T, *, key: str | None = None
-    ) -> None: ...
+    def contribute(self, point: Entries[P], /, *args: P.args, **kwargs: P.kwargs) -> None:
+        """``state.contribute(POINT, handler, value, key=None)``: add ``handler``'s ``value``
+        to ``POINT`` (a constant of :mod:`accelkw_core.plugin`), checking its cardinality.
 
-    @overload
-    def contribute(
-        self, point: str, handler: str, value: Any, *, key: str | None = None
-    ) -> None: ...
-
-    def contribute(
-        self, point: ExtensionPoint[Any] | str, handler: str, value: Any, *, key: str | None = None
-    ) -> None:
-        """Add ``handler``'s ``value`` to ``point``, checking its cardinality."""
+        ``mypy`` checks ``value`` against the point's type (:meth:`ExtensionPoint.entry
+        <accelkw_core.contract.extension_point.ExtensionPoint.entry>`); ``key`` keys a keyed
+        point's contribution (default: the handler's name).
+        """
         ...
 
     def contributions(self, point: ExtensionPoint[Any] | str) -> list[Contribution]:

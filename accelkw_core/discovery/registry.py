@@ -18,7 +18,6 @@ import pluggy
 from accelkw_core.contract.handler import KwargsHandler
 from accelkw_core.contract.tracker import GeneralTracker
 from accelkw_core.discovery import compat, hookspecs
-from accelkw_core.discovery.default_registry import get_registry, set_registry
 from accelkw_core.discovery.entry_points import PluginEntryPoint, find_entry_points
 from accelkw_core.discovery.records import (
     CONFLICT,
@@ -34,6 +33,7 @@ from accelkw_core.discovery.records import (
     exception_text,
     normalize_name,
 )
+from accelkw_core.discovery.troubles import warn_troubles
 from accelkw_core.errors import (
     ConfigWarning,
     InvalidTrackerError,
@@ -49,8 +49,6 @@ __all__ = [
     "PluginRecord",
     "Registry",
     "TrackerInfo",
-    "get_registry",
-    "set_registry",
 ]
 
 ENTRY_POINT_GROUP = "accelkw"
@@ -399,9 +397,7 @@ class Registry:
         if self._warned_incompatible:
             return
         self._warned_incompatible = True
-        from accelkw_core.discovery.troubles import warn_troubles
-
-        warn_troubles(self, skip, stacklevel + 1)
+        warn_troubles(self.plugins(), skip, stacklevel + 1)
 
     @property
     def hook(self) -> Any:

@@ -10,12 +10,10 @@ from __future__ import annotations
 
 import warnings
 from collections.abc import Iterable
-from typing import TYPE_CHECKING
 
+from accelkw_core.discovery.catalog import HANDLER_DISTRIBUTIONS
+from accelkw_core.discovery.records import PluginRecord
 from accelkw_core.errors import IncompatiblePluginWarning, PluginLoadWarning
-
-if TYPE_CHECKING:
-    from accelkw_core.discovery.registry import PluginRecord, Registry
 
 __all__ = ["handler_troubles", "trouble_text", "warn_troubles"]
 
@@ -42,18 +40,16 @@ def trouble_text(record: PluginRecord) -> str:
     return f"{who} was not loaded, so this run goes without it: {record.reason}"
 
 
-def handler_troubles(registry: Registry) -> dict[str, str]:
+def handler_troubles(records: Iterable[PluginRecord]) -> dict[str, str]:
     """Handler name -> why it is missing from runs although installed (conflict, failed load,
-    a deny-list).
+    a deny-list), from a registry's ``plugins()``.
 
     A name two distributions claim is known from their records; a built-in whose distribution
     failed to load is known from the catalog, since it never got to register its handler.
     """
-    from accelkw_core.discovery.catalog import HANDLER_DISTRIBUTIONS
-
     claims: dict[str, list[PluginRecord]] = {}
     out: dict[str, str] = {}
-    for record in registry.plugins():
+    for record in records:
         if record.status == "conflict":
             for cls in record.handlers:
                 claims.setdefault(cls.name, []).append(record)
@@ -74,10 +70,13 @@ def handler_troubles(registry: Registry) -> dict[str, str]:
     return out
 
 
-def warn_troubles(registry: Registry, skip: Iterable[str] = (), stacklevel: int = 2) -> None:
-    """Warn about each plugin a run goes without, unless the run disabled it (``skip``)."""
+def warn_troubles(
+    records: Iterable[PluginRecord], skip: Iterable[str] = (), stacklevel: int = 2
+) -> None:
+    """Warn about each plugin a run goes without (of a registry's ``plugins()``), unless the
+    run disabled it (``skip``)."""
     left_out = set(skip)
-    for record in registry.plugins():
+    for record in records:
         if record.status not in _STATUSES or record.name in left_out:
             continue
         if record.handlers and {c.name for c in record.handlers} <= left_out:

@@ -25,7 +25,8 @@ from accelkw_core.contract.points import (
     ExtensionPoint,
 )
 from accelkw_core.discovery.catalog import provider_hint
-from accelkw_core.discovery.registry import Registry, get_registry
+from accelkw_core.discovery.default_registry import get_registry
+from accelkw_core.discovery.registry import Registry
 from accelkw_core.errors import AccelkwError, ComposeError
 from accelkw_core.logs import configure_from_env
 from accelkw_core.runtime import collectives as ops

@@ -8,7 +8,8 @@ from typing import TYPE_CHECKING
 
 from accelkw_core.config.selection import handler_key, resolve_handlers
 from accelkw_core.contract.handler import KwargsHandler
-from accelkw_core.discovery.registry import Registry, get_registry
+from accelkw_core.discovery.default_registry import get_registry
+from accelkw_core.discovery.registry import Registry
 from accelkw_core.errors import HandlerApplyError, PointConflictError
 from accelkw_core.runtime.state import AcceleratorState
 

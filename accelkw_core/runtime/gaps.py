@@ -119,7 +119,7 @@ def gaps_of_run(
         registry.handlers(),
         disabled,
         mixed_precision=state.mixed_precision,
-        troubles=handler_troubles(registry),
+        troubles=handler_troubles(registry.plugins()),
     )
 
 

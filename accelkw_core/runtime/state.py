@@ -5,10 +5,11 @@ from __future__ import annotations
 import os
 import time
 from collections.abc import Callable, Mapping
-from typing import TYPE_CHECKING, Any, Literal, TypeVar, overload
+from typing import TYPE_CHECKING, Any, Literal, ParamSpec, TypeVar, overload
 
+from accelkw_core.contract.extension_point import Contribution
 from accelkw_core.contract.points import KEYED, ONE, POINTS, TEARDOWN, ExtensionPoint
-from accelkw_core.contract.state import Contribution, LogEntry
+from accelkw_core.contract.state import Entries, LogEntry
 from accelkw_core.errors import ConfigError, PointConflictError
 from accelkw_core.facts.environment import env_int
 from accelkw_core.facts.precision import MIXED_PRECISION_MODES
@@ -23,6 +24,7 @@ __all__ = ["MIXED_PRECISION_MODES", "AcceleratorState"]
 
 Teardown = Callable[[], None]
 T = TypeVar("T")
+P = ParamSpec("P")
 
 
 class AcceleratorState:
@@ -172,44 +174,34 @@ class AcceleratorState:
         """The log lines recorded by ``handler``."""
         return [e.message for e in self.log if e.handler == handler]
 
-    @overload
-    def contribute(
-        self, point: ExtensionPoint[T], handler: str, value: T, *, key: str | None = None
-    ) -> None: ...
+    def contribute(self, point: Entries[P], /, *args: P.args, **kwargs: P.kwargs) -> None:
+        """``state.contribute(POINT, handler, value, key=None)``: add ``handler``'s ``value``
+        to ``POINT``, checking its cardinality.
 
-    @overload
-    def contribute(
-        self, point: str, handler: str, value: Any, *, key: str | None = None
-    ) -> None: ...
-
-    def contribute(
-        self, point: ExtensionPoint[Any] | str, handler: str, value: Any, *, key: str | None = None
-    ) -> None:
-        """Add ``handler``'s ``value`` to extension ``point``, checking its cardinality.
-
-        ``point`` is a constant of :mod:`accelkw_core.plugin` (``MODEL_WRAPPER``), or its name.
-        Raises :class:`~accelkw_core.errors.PointConflictError` for a second contribution to a
-        point of cardinality one (or to one key of a keyed point), naming both handlers.
+        ``POINT`` is a constant of :mod:`accelkw_core.plugin` (``MODEL_WRAPPER``), which types
+        ``value``; a keyed point's ``key`` defaults to the handler's name. Raises
+        :class:`~accelkw_core.errors.PointConflictError` for a second contribution to a point
+        of cardinality one (whatever its key) or to one key of a keyed point, naming both
+        handlers.
         """
         spec = POINTS.get(str(point))
         if spec is None:
             raise ValueError(
                 f"unknown extension point {str(point)!r}; the points are: {', '.join(POINTS)}"
             )
-        if spec.cardinality == KEYED and key is None:
-            key = handler
+        made = point.entry(*args, **kwargs)
         entries = self._points.setdefault(spec.name, [])
         # A point of cardinality one takes one contribution, whatever key it was given: the
         # runtime reads one value, so a second would be silently ignored.
         for other in entries:
-            if spec.cardinality == ONE or (spec.cardinality == KEYED and other.key == key):
+            if spec.cardinality == ONE or (spec.cardinality == KEYED and other.key == made.key):
                 raise PointConflictError(
                     spec.name,
                     (other.handler, self.distributions.get(other.handler)),
-                    (handler, self.distributions.get(handler)),
-                    key if spec.cardinality == KEYED else None,
+                    (made.handler, self.distributions.get(made.handler)),
+                    made.key,
                 )
-        entries.append(Contribution(handler, value, key if spec.cardinality == KEYED else None))
+        entries.append(made)
         self.version += 1
 
     def contributions(self, point: ExtensionPoint[Any] | str) -> list[Contribution]:

@@ -46,7 +46,7 @@ def sharding_keywords(sharded: bool) -> dict[str, Any]:
     if not sharded:
         return {}
     from accelkw_core.discovery.catalog import ACCELERATE_KEYWORDS, install_hint
-    from accelkw_core.discovery.registry import get_registry
+    from accelkw_core.discovery.default_registry import get_registry
     from accelkw_core.errors import ConfigError
 
     keyword = "fsdp_plugin"

@@ -76,7 +76,7 @@ def _preload(framework: str) -> None:
     else:
         import accelkw_core.utils  # noqa: F401
         from accelkw_core import Accelerator  # noqa: F401
-        from accelkw_core.discovery.registry import get_registry
+        from accelkw_core.discovery.default_registry import get_registry
 
         get_registry().handlers()
 
