@@ -12,6 +12,11 @@ Each saves ``RUN_DIR/ckpt`` once (the *first* checkpoint), takes a step, and sav
 - ``rename-<n>``: at the n-th ``os.rename`` of the save (the commit), with the atomic exchange
   turned off, so the fallback's two renames and their recovery are what is tested;
 - ``commit``: right after the commit, before the processes meet again;
+- ``exchange-<n>`` / ``exchanged-<n>``: as the process enters (``exchange``) or right after it
+  leaves (``exchanged``) the n-th agreement of the background save's commit, on the worker
+  thread: ``1`` the agreement that every process wrote its files (before the manifest and the
+  commit), ``2`` the agreement on the commit (after it). A process still in the agreement
+  meets a dead peer there;
 - ``timed``: not at all from inside: the script writes ``RUN_DIR/saving`` just before the save,
   and the test kills it after a delay of its choosing;
 - ``none``: no kill.
@@ -91,6 +96,35 @@ def _arm_commit() -> None:
     durable.commit_folder = commit
 
 
+def _arm_exchange(moment: str) -> None:
+    import threading
+
+    from accelkw_core.runtime.checkpoints import agreement, save
+
+    when, n = moment.split("-")
+    # The commit's agreements: the files' (save.exchange, in _gather_entries), then the
+    # commit's (agreement.exchange, through failures). Only the worker thread's are counted:
+    # the caller's thread agrees on the staging with the same functions.
+    seen = [0]
+
+    def arm(real: Any) -> Any:
+        def exchange(*args: Any, **kwargs: Any) -> Any:
+            if threading.current_thread() is threading.main_thread():
+                return real(*args, **kwargs)
+            seen[0] += 1
+            if seen[0] == int(n) and when == "exchange":
+                _kill()
+            out = real(*args, **kwargs)
+            if seen[0] == int(n):
+                _kill()
+            return out
+
+        return exchange
+
+    save.exchange = arm(save.exchange)
+    agreement.exchange = arm(agreement.exchange)
+
+
 def build(rank: int, world_size: int, async_saves: bool = False) -> tuple[Any, ...]:
     """An Accelerator (a gloo group for two processes), a model of ~4 MB, Adam, a Tripwire."""
     import torch
@@ -149,6 +183,8 @@ def run(rank: int, run_dir: str, moment: str, victim: int = 0, async_saves: bool
             _arm_write()
         elif moment == "commit":
             _arm_commit()
+        elif moment.startswith("exchange"):
+            _arm_exchange(moment)
         elif moment == "timed":
             (out / "saving").write_text("now")
     acc.save_state(out / "ckpt")

@@ -159,22 +159,47 @@ def test_total_limit_removes_old_checkpoints_only_after_the_commit(tmp_path: Pat
     acc.end_training()
 
 
-@pytest.mark.parametrize(("moment", "survivor"), [("write", "first"), ("commit", "second")])
+@pytest.mark.parametrize(
+    ("moment", "survivor"),
+    [
+        ("write", "first"),
+        ("exchange-1", "first"),  # entering the agreement on the files: no manifest yet
+        ("commit", "second"),  # on one process, the same instant as exchange-2
+    ],
+)
 def test_a_background_save_killed_leaves_a_whole_checkpoint(
     tmp_path: Path, moment: str, survivor: str
 ) -> None:
     proc = _script(tmp_path, moment, "async")
     assert proc.wait(timeout=120) == -signal.SIGKILL
     assert _surviving(tmp_path) == survivor
+    _loads(tmp_path / "ckpt")
+
+
+def _loads(folder: Path) -> None:
+    """``folder`` loads into the workers' objects, on one process."""
     acc = make_sync()
     model = acc.prepare(torch.nn.Sequential(torch.nn.Linear(256, 1024), torch.nn.Linear(1024, 256)))
     acc.register_for_checkpointing(workers.Tripwire())
     acc.prepare(torch.optim.Adam(model.parameters(), lr=0.01))
-    acc.load_state(tmp_path / "ckpt")
+    acc.load_state(folder)
+    acc.end_training()
 
 
 @pytest.mark.multiprocess
-@pytest.mark.parametrize(("victim", "moment"), [(1, "write"), (0, "commit")])
+@pytest.mark.parametrize(
+    ("victim", "moment"),
+    [
+        (1, "write"),
+        # Rank 1 dies entering the agreement on the files: rank 0 is in it, and fails there.
+        (1, "exchange-1"),
+        # Rank 0 dies once every process agreed, before the manifest and the commit.
+        (0, "exchanged-1"),
+        (0, "commit"),
+        # Rank 1 dies entering the agreement on the commit rank 0 has made.
+        (1, "exchange-2"),
+    ],
+)
 def test_two_processes_killed_during_a_background_save_leave_a_whole_checkpoint(
     tmp_path: Path, victim: int, moment: str
 ) -> None:
@@ -187,10 +212,11 @@ def test_two_processes_killed_during_a_background_save_leave_a_whole_checkpoint(
         env={"OMP_NUM_THREADS": "1"},
     )
     assert any(isinstance(r, Exception) for r in results)
-    expected = {"write": "first", "commit": "second"}[moment]
+    expected = "first" if moment in ("write", "exchange-1", "exchanged-1") else "second"
     assert _surviving(tmp_path) == expected
     manifest = read_manifest(tmp_path / "ckpt")
     assert manifest is not None and manifest.world_size == 2
+    _loads(tmp_path / "ckpt")
 
 
 @pytest.mark.multiprocess
