@@ -227,3 +227,41 @@ def test_two_processes_resume_from_an_async_checkpoint_bit_for_bit(tmp_path: Pat
     resumed = run_workers(workers.async_resume, 2, args=(folder, True), timeout=120, env=env)
     assert whole == resumed
     assert whole[0] == whole[1]  # DDP kept the processes' weights equal
+
+
+@pytest.mark.multiprocess
+def test_fsdp2_sharded_state_goes_through_dcp_async_save_and_a_kill_in_it_keeps_the_last(
+    tmp_path: Path,
+) -> None:
+    # Rank 0 (DCP's coordinator) dies inside the background DCP writes of the second save:
+    # the model's shards written by async_save, the optimizer's not yet.
+    env = {"OMP_NUM_THREADS": "1"}
+    killed = run_workers(
+        workers.fsdp_async_killed,
+        2,
+        args=(str(tmp_path), 0),
+        timeout=120,
+        allow_failures=True,
+        env=env,
+    )
+    assert any(isinstance(r, Exception) for r in killed)
+    # Killed there: the save's temporary folder holds the model's DCP checkpoint, whole, and
+    # not the optimizer's.
+    (temporary,) = tmp_path.glob(f".ckpt.*{durable.TMP_SUFFIX}")
+    assert (temporary / "pytorch_model_fsdp_0" / ".metadata").is_file()
+    assert not (temporary / "optimizer_0" / ".metadata").exists()
+    manifest = read_manifest(tmp_path / "ckpt")
+    assert manifest is not None and manifest.world_size == 2
+    for name in manifest.files:
+        manifest.check(tmp_path / "ckpt", name, (tmp_path / "ckpt" / name).read_bytes())
+    # A new run loads what survived (the first save), saves in the background and trains on
+    # while DCP writes; a fresh model loads that save and ends where the run did, bit for bit.
+    results = run_workers(workers.fsdp_async_resume, 2, args=(str(tmp_path),), timeout=120, env=env)
+    for result in results:
+        assert result["survived"]
+        assert result["async_saves"] == 2  # the model's shards and the optimizer's
+        assert result["resumed"] == result["whole"]
+    shards = [".metadata", "__0_0.distcp", "__1_0.distcp"]
+    expected = [f"{d}/{f}" for d in ("optimizer_0", "pytorch_model_fsdp_0") for f in shards]
+    expected += [MANIFEST, "random_states_0.pkl", "random_states_1.pkl"]
+    assert results[0]["files"] == sorted(expected)  # a synchronous save's layout
