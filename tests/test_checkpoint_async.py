@@ -1,8 +1,9 @@
 """Asynchronous saves (accelkw-async-checkpoint) keep every promise of a synchronous save.
 
-Real SIGKILLs of real processes (one, and two over gloo) while the background thread writes or
-commits; a full disk injected at the write layer (``durable.open_new``), raised at the next
-call; resumes compared bit for bit; the files compared with a synchronous save's.
+Real SIGKILLs of real processes (one, and two over gloo) while the background thread writes,
+agrees or commits, and (FSDP2) inside DCP's ``async_save`` writes; a full disk injected at the
+write layer (``durable.open_new``), raised at the next call; resumes compared bit for bit; the
+files compared with a synchronous save's.
 """
 
 from __future__ import annotations
