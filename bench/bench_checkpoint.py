@@ -19,6 +19,7 @@ measured in the same round, so a noisy minute weighs on both).
 
     python bench/bench_checkpoint.py [--rounds 5] [--saves 3] [--dir /path/on/the/disk]
     python bench/bench_checkpoint.py --async [--rounds 3] [--every 20] [--steps 50]
+    python bench/bench_checkpoint.py --async --segments [--rounds 4] [--every 50]
 
 Targets (issue 25): save at most 1.3x Accelerate's made durable; load at most 1.2x Accelerate's,
 the hash check included.
@@ -31,6 +32,11 @@ asynchronous save every ``--every`` steps (into one folder, each replacing the l
 blocked / Accelerate's save (median of paired ratios; target <= 0.5), the loop with saves / the
 loop without (target <= 1.05 with ``--every`` large enough for a write to finish in between),
 and the staging copy's size (the memory an asynchronous save holds).
+
+With ``--async --segments``, one process alternates ``--rounds`` pairs of segments of ``--every``
+steps, one beginning with an asynchronous save and one without (ABBA order), each with a save
+timed until that save is committed: the loop's cost of a save every ``--every`` steps, measured
+minutes apart at most, for a machine shared with other jobs whose load drifts more than that.
 """
 
 from __future__ import annotations
@@ -132,6 +138,23 @@ if mode == "blocked":
         if i < a - 1:
             shutil.rmtree(target)
     out["save"] = blocked
+elif mode == "segments":
+    # Pairs of segments of `every` steps, one with a save at its start and one without, in
+    # alternating order (ABBA...): a machine whose load drifts slows both alike. A segment with
+    # a save is timed until its save is committed, so a write that outlasts it is counted.
+    every, pairs = a, b
+    with_save, without = [], []
+    for i in range(pairs):
+        for saving in ((False, True) if i % 2 == 0 else (True, False)):
+            os.sync()
+            start = time.perf_counter()
+            if saving:
+                acc.save_state(folder / "ckpt")
+            for _ in range(every):
+                step()
+            acc.wait_for_checkpoints()
+            (with_save if saving else without).append(time.perf_counter() - start)
+    out["with"], out["without"] = with_save, without
 else:
     every, steps = a, b
     os.sync()
@@ -271,6 +294,20 @@ def main_async(args: argparse.Namespace) -> None:
     print(f"  staging copy: {staged / 2**20:.0f} MiB (peak, one save in flight)")
 
 
+def main_segments(args: argparse.Namespace) -> None:
+    """Issue 27: a save every N steps against none, in alternating segments of one process."""
+    started = time.time()
+    result = run_async(args.dir, "segments", args.every, args.rounds)
+    ratios = [w / o for w, o in zip(result["with"], result["without"], strict=True)]
+    print(
+        f"asynchronous saves every {args.every} steps, {args.rounds} pairs of segments, "
+        f"{time.time() - started:.0f} s"
+    )
+    print(f"  {args.every} steps, no save                {show(result['without'])}")
+    print(f"  {args.every} steps, one async save         {show(result['with'])}")
+    print(paired("with a save / without", ratios, 1.05))
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--rounds", type=int, default=5)
@@ -279,7 +316,16 @@ def main() -> None:
     parser.add_argument("--async", dest="asynchronous", action="store_true")
     parser.add_argument("--every", type=int, default=20)
     parser.add_argument("--steps", type=int, default=50)
+    parser.add_argument(
+        "--segments",
+        action="store_true",
+        help="with --async: --rounds pairs of --every steps, with and without a save, "
+        "alternating in one process (for a machine whose load drifts)",
+    )
     args = parser.parse_args()
+    if args.asynchronous and args.segments:
+        main_segments(args)
+        return
     if args.asynchronous:
         main_async(args)
         return

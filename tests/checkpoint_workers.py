@@ -12,6 +12,11 @@ Each saves ``RUN_DIR/ckpt`` once (the *first* checkpoint), takes a step, and sav
 - ``rename-<n>``: at the n-th ``os.rename`` of the save (the commit), with the atomic exchange
   turned off, so the fallback's two renames and their recovery are what is tested;
 - ``commit``: right after the commit, before the processes meet again;
+- ``exchange-<n>`` / ``exchanged-<n>``: as the process enters (``exchange``) or right after it
+  leaves (``exchanged``) the n-th agreement of the background save's commit, on the worker
+  thread: ``1`` the agreement that every process wrote its files (before the manifest and the
+  commit), ``2`` the agreement on the commit (after it). A process still in the agreement
+  meets a dead peer there;
 - ``timed``: not at all from inside: the script writes ``RUN_DIR/saving`` just before the save,
   and the test kills it after a delay of its choosing;
 - ``none``: no kill.
@@ -91,6 +96,35 @@ def _arm_commit() -> None:
     durable.commit_folder = commit
 
 
+def _arm_exchange(moment: str) -> None:
+    import threading
+
+    from accelkw_core.runtime.checkpoints import agreement, save
+
+    when, n = moment.split("-")
+    # The commit's agreements: the files' (save.exchange, in _gather_entries), then the
+    # commit's (agreement.exchange, through failures). Only the worker thread's are counted:
+    # the caller's thread agrees on the staging with the same functions.
+    seen = [0]
+
+    def arm(real: Any) -> Any:
+        def exchange(*args: Any, **kwargs: Any) -> Any:
+            if threading.current_thread() is threading.main_thread():
+                return real(*args, **kwargs)
+            seen[0] += 1
+            if seen[0] == int(n) and when == "exchange":
+                _kill()
+            out = real(*args, **kwargs)
+            if seen[0] == int(n):
+                _kill()
+            return out
+
+        return exchange
+
+    save.exchange = arm(save.exchange)
+    agreement.exchange = arm(agreement.exchange)
+
+
 def build(rank: int, world_size: int, async_saves: bool = False) -> tuple[Any, ...]:
     """An Accelerator (a gloo group for two processes), a model of ~4 MB, Adam, a Tripwire."""
     import torch
@@ -149,6 +183,8 @@ def run(rank: int, run_dir: str, moment: str, victim: int = 0, async_saves: bool
             _arm_write()
         elif moment == "commit":
             _arm_commit()
+        elif moment.startswith("exchange"):
+            _arm_exchange(moment)
         elif moment == "timed":
             (out / "saving").write_text("now")
     acc.save_state(out / "ckpt")
@@ -421,3 +457,143 @@ def async_resume(rank: int, folder: str, resume: bool) -> list[float]:
             acc.save_state(Path(folder))
     acc.end_training()
     return [float(x) for p in model.parameters() for x in p.detach().flatten()[:64]]
+
+
+def _fsdp_run(seed: int) -> tuple[Any, Any, Any]:
+    """FSDP2 with sharded state dicts and asynchronous saves: the Accelerator, model, AdamW."""
+    import accelkw_async_checkpoint.plugin
+    import accelkw_ddp.plugin
+    import accelkw_fsdp.plugin
+    import accelkw_process_group.plugin
+    from accelkw_async_checkpoint import AsyncCheckpointKwargs
+    from accelkw_fsdp import FullyShardedDataParallelPlugin
+
+    from accelkw_core import Accelerator
+    from accelkw_core.testing import isolated_registry
+
+    registry = isolated_registry(
+        [
+            accelkw_process_group.plugin,
+            accelkw_ddp.plugin,
+            accelkw_fsdp.plugin,
+            accelkw_async_checkpoint.plugin,
+        ]
+    )
+    acc = Accelerator(
+        cpu=True,
+        registry=registry,
+        kwargs_handlers=[AsyncCheckpointKwargs()],
+        fsdp_plugin=FullyShardedDataParallelPlugin(
+            fsdp_version=2, state_dict_type="SHARDED_STATE_DICT"
+        ),
+    )
+    model, optimizer = acc.prepare(*_fsdp_model(seed))
+    return acc, model, optimizer
+
+
+def _fsdp_model(seed: int) -> tuple[Any, Any]:
+    import torch
+
+    torch.manual_seed(seed)
+    model = torch.nn.Sequential(torch.nn.Linear(16, 64), torch.nn.ReLU(), torch.nn.Linear(64, 4))
+    return model, torch.optim.AdamW(model.parameters(), lr=0.05)
+
+
+def _fsdp_steps(acc: Any, model: Any, optimizer: Any, rank: int, first: int) -> None:
+    """Three AdamW steps, each on this rank's half of a batch drawn from the step's number."""
+    import torch
+
+    for step in range(first, first + 3):
+        x = torch.randn(8, 16, generator=torch.Generator().manual_seed(1000 + step))
+        acc.backward(model(x[rank * 4 : rank * 4 + 4]).pow(2).mean())
+        optimizer.step()
+        optimizer.zero_grad()
+
+
+def _fsdp_weights(model: Any) -> dict[str, list[float]]:
+    """The whole weights, on every rank (a collective)."""
+    from torch.distributed.checkpoint.state_dict import StateDictOptions, get_model_state_dict
+
+    options = StateDictOptions(full_state_dict=True, broadcast_from_rank0=False)
+    full = get_model_state_dict(model, options=options)
+    return {k: v.flatten().tolist() for k, v in full.items()}
+
+
+def fsdp_async_killed(rank: int, run_dir: str, victim: int) -> None:
+    """Save (the *first* checkpoint), step, save again and die (``victim``) inside the second
+    save's DCP writes, in the background: the model's shards written by ``async_save``, the
+    optimizer's not yet."""
+    import json
+    import threading
+
+    from accelkw_fsdp._checkpoint import FSDPCheckpoint
+
+    out = Path(run_dir)
+    acc, model, optimizer = _fsdp_run(0)
+    _fsdp_steps(acc, model, optimizer, rank, 0)
+    weights = _fsdp_weights(model)
+    if rank == 0:
+        (out / "first.json").write_text(json.dumps(weights))
+    acc.save_state(out / "ckpt")
+    acc.wait_for_checkpoints()
+    _fsdp_steps(acc, model, optimizer, rank, 3)
+    if rank == victim:
+        real = FSDPCheckpoint._record_share
+
+        def record_share(writer: Any, name: str) -> None:
+            if threading.current_thread() is not threading.main_thread():
+                _kill()  # on the commit's thread, once DCP wrote pytorch_model_fsdp_0
+            real(writer, name)
+
+        FSDPCheckpoint._record_share = staticmethod(record_share)  # type: ignore[method-assign]
+    acc.save_state(out / "ckpt")
+    _fsdp_steps(acc, model, optimizer, rank, 6)  # training goes on, until the peer is gone
+    acc.end_training()
+
+
+def fsdp_async_resume(rank: int, run_dir: str) -> dict[str, Any]:
+    """Load what ``fsdp_async_killed`` left; step, save in the background and train on while it
+    is written; then a fresh model loads that save and takes the same steps.
+
+    Returns whether the loaded weights were the first checkpoint's, the final weights of the
+    run and of the resumed one, the saved folder's files, and how many DCP writes went through
+    ``async_save``.
+    """
+    import json
+
+    from accelkw_fsdp import _checkpoint
+
+    out = Path(run_dir)
+    calls = [0]
+    real = _checkpoint.save_later
+
+    def save_later(*args: Any) -> None:
+        calls[0] += 1
+        real(*args)
+
+    _checkpoint.save_later = save_later  # type: ignore[assignment]
+    acc, model, optimizer = _fsdp_run(7)
+    acc.load_state(out / "ckpt")
+    first = json.loads((out / "first.json").read_text())
+    survived = _fsdp_weights(model) == first
+    _fsdp_steps(acc, model, optimizer, rank, 3)
+    acc.save_state(out / "second")  # returns once staged: the steps below change nothing in it
+    _fsdp_steps(acc, model, optimizer, rank, 6)
+    whole = _fsdp_weights(model)
+    acc.wait_for_checkpoints()
+    files = sorted(
+        str(p.relative_to(out / "second")) for p in (out / "second").rglob("*") if p.is_file()
+    )
+    acc.free_memory()
+    model, optimizer = acc.prepare(*_fsdp_model(9))
+    acc.load_state(out / "second")
+    _fsdp_steps(acc, model, optimizer, rank, 6)
+    resumed = _fsdp_weights(model)
+    acc.end_training()
+    return {
+        "survived": survived,
+        "whole": whole,
+        "resumed": resumed,
+        "files": files,
+        "async_saves": calls[0],
+    }

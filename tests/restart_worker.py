@@ -12,6 +12,10 @@ increasing order, attempt ``i`` is killed by fault ``i`` and attempt ``len(fault
 - ``save``: inside the save of step ``STEP``, after the model, optimizer and scheduler files are
   in the temporary folder (from the ``state_dict()`` of an object registered for checkpointing,
   which only the writing process, rank 0, calls); ``PATH.<i>`` lists the temporary folder's files;
+- ``write``: inside the save of step ``STEP``, once every file of it is written, at the first
+  file synced for the manifest: with ``--async-saves``, on the thread that writes the save in
+  the background while training goes on (armed from the same ``state_dict()``, which the
+  staging calls, so rank 0 only); ``PATH.<i>`` lists the temporary folder's files;
 - ``between``: after step ``STEP``, which is not a step that saves;
 - ``after``: just after the save of step ``STEP`` returned.
 
@@ -61,14 +65,33 @@ class Faults:
         marker.write_text(note)
         os.kill(os.getpid(), signal.SIGKILL)
 
-    # Registered for checkpointing: state_dict() runs on rank 0 while the save writes.
+    @classmethod
+    def _kill_listing(cls, marker: Path) -> None:
+        """Kill, the marker listing the files in the temporary folder of the save."""
+        project = Path(sys.argv[sys.argv.index("--project-dir") + 1])
+        temporaries = list(project.glob("checkpoints/.*tmp"))
+        cls._kill(marker, "\n".join(sorted(p.name for t in temporaries for p in t.iterdir())))
+
+    # Registered for checkpointing: state_dict() runs on rank 0 while the save writes (or,
+    # with --async-saves, stages: an earlier save in flight has been waited for by then).
     def state_dict(self) -> dict[str, Any]:
         marker = self._fire(("save",), self.last_step + 1)
         if marker is not None:
-            project = Path(sys.argv[sys.argv.index("--project-dir") + 1])
-            temporaries = list(project.glob("checkpoints/.*tmp"))
-            self._kill(marker, "\n".join(sorted(p.name for t in temporaries for p in t.iterdir())))
+            self._kill_listing(marker)
+        marker = self._fire(("write",), self.last_step + 1)
+        if marker is not None:
+            self._arm_write(marker)
         return {}
+
+    def _arm_write(self, marker: Path) -> None:
+        from accelkw_core.runtime.checkpoints import files
+
+        # Every file of the save is written before the first is synced and hashed for the
+        # manifest (CheckpointWriter.finish), so this kills with the files all there.
+        def entry_of(path: Path) -> Any:
+            self._kill_listing(marker)
+
+        files.entry_of = entry_of
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
         pass

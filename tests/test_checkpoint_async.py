@@ -1,8 +1,9 @@
 """Asynchronous saves (accelkw-async-checkpoint) keep every promise of a synchronous save.
 
-Real SIGKILLs of real processes (one, and two over gloo) while the background thread writes or
-commits; a full disk injected at the write layer (``durable.open_new``), raised at the next
-call; resumes compared bit for bit; the files compared with a synchronous save's.
+Real SIGKILLs of real processes (one, and two over gloo) while the background thread writes,
+agrees or commits, and (FSDP2) inside DCP's ``async_save`` writes; a full disk injected at the
+write layer (``durable.open_new``), raised at the next call; resumes compared bit for bit; the
+files compared with a synchronous save's.
 """
 
 from __future__ import annotations
@@ -159,22 +160,47 @@ def test_total_limit_removes_old_checkpoints_only_after_the_commit(tmp_path: Pat
     acc.end_training()
 
 
-@pytest.mark.parametrize(("moment", "survivor"), [("write", "first"), ("commit", "second")])
+@pytest.mark.parametrize(
+    ("moment", "survivor"),
+    [
+        ("write", "first"),
+        ("exchange-1", "first"),  # entering the agreement on the files: no manifest yet
+        ("commit", "second"),  # on one process, the same instant as exchange-2
+    ],
+)
 def test_a_background_save_killed_leaves_a_whole_checkpoint(
     tmp_path: Path, moment: str, survivor: str
 ) -> None:
     proc = _script(tmp_path, moment, "async")
     assert proc.wait(timeout=120) == -signal.SIGKILL
     assert _surviving(tmp_path) == survivor
+    _loads(tmp_path / "ckpt")
+
+
+def _loads(folder: Path) -> None:
+    """``folder`` loads into the workers' objects, on one process."""
     acc = make_sync()
     model = acc.prepare(torch.nn.Sequential(torch.nn.Linear(256, 1024), torch.nn.Linear(1024, 256)))
     acc.register_for_checkpointing(workers.Tripwire())
     acc.prepare(torch.optim.Adam(model.parameters(), lr=0.01))
-    acc.load_state(tmp_path / "ckpt")
+    acc.load_state(folder)
+    acc.end_training()
 
 
 @pytest.mark.multiprocess
-@pytest.mark.parametrize(("victim", "moment"), [(1, "write"), (0, "commit")])
+@pytest.mark.parametrize(
+    ("victim", "moment"),
+    [
+        (1, "write"),
+        # Rank 1 dies entering the agreement on the files: rank 0 is in it, and fails there.
+        (1, "exchange-1"),
+        # Rank 0 dies once every process agreed, before the manifest and the commit.
+        (0, "exchanged-1"),
+        (0, "commit"),
+        # Rank 1 dies entering the agreement on the commit rank 0 has made.
+        (1, "exchange-2"),
+    ],
+)
 def test_two_processes_killed_during_a_background_save_leave_a_whole_checkpoint(
     tmp_path: Path, victim: int, moment: str
 ) -> None:
@@ -187,10 +213,11 @@ def test_two_processes_killed_during_a_background_save_leave_a_whole_checkpoint(
         env={"OMP_NUM_THREADS": "1"},
     )
     assert any(isinstance(r, Exception) for r in results)
-    expected = {"write": "first", "commit": "second"}[moment]
+    expected = "first" if moment in ("write", "exchange-1", "exchanged-1") else "second"
     assert _surviving(tmp_path) == expected
     manifest = read_manifest(tmp_path / "ckpt")
     assert manifest is not None and manifest.world_size == 2
+    _loads(tmp_path / "ckpt")
 
 
 @pytest.mark.multiprocess
@@ -201,3 +228,41 @@ def test_two_processes_resume_from_an_async_checkpoint_bit_for_bit(tmp_path: Pat
     resumed = run_workers(workers.async_resume, 2, args=(folder, True), timeout=120, env=env)
     assert whole == resumed
     assert whole[0] == whole[1]  # DDP kept the processes' weights equal
+
+
+@pytest.mark.multiprocess
+def test_fsdp2_sharded_state_goes_through_dcp_async_save_and_a_kill_in_it_keeps_the_last(
+    tmp_path: Path,
+) -> None:
+    # Rank 0 (DCP's coordinator) dies inside the background DCP writes of the second save:
+    # the model's shards written by async_save, the optimizer's not yet.
+    env = {"OMP_NUM_THREADS": "1"}
+    killed = run_workers(
+        workers.fsdp_async_killed,
+        2,
+        args=(str(tmp_path), 0),
+        timeout=120,
+        allow_failures=True,
+        env=env,
+    )
+    assert any(isinstance(r, Exception) for r in killed)
+    # Killed there: the save's temporary folder holds the model's DCP checkpoint, whole, and
+    # not the optimizer's.
+    (temporary,) = tmp_path.glob(f".ckpt.*{durable.TMP_SUFFIX}")
+    assert (temporary / "pytorch_model_fsdp_0" / ".metadata").is_file()
+    assert not (temporary / "optimizer_0" / ".metadata").exists()
+    manifest = read_manifest(tmp_path / "ckpt")
+    assert manifest is not None and manifest.world_size == 2
+    for name in manifest.files:
+        manifest.check(tmp_path / "ckpt", name, (tmp_path / "ckpt" / name).read_bytes())
+    # A new run loads what survived (the first save), saves in the background and trains on
+    # while DCP writes; a fresh model loads that save and ends where the run did, bit for bit.
+    results = run_workers(workers.fsdp_async_resume, 2, args=(str(tmp_path),), timeout=120, env=env)
+    for result in results:
+        assert result["survived"]
+        assert result["async_saves"] == 2  # the model's shards and the optimizer's
+        assert result["resumed"] == result["whole"]
+    shards = [".metadata", "__0_0.distcp", "__1_0.distcp"]
+    expected = [f"{d}/{f}" for d in ("optimizer_0", "pytorch_model_fsdp_0") for f in shards]
+    expected += [MANIFEST, "random_states_0.pkl", "random_states_1.pkl"]
+    assert results[0]["files"] == sorted(expected)  # a synchronous save's layout

@@ -12,6 +12,7 @@ The default run kills one 2-process run three times (once at each moment, so 3 r
 from __future__ import annotations
 
 import os
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -28,9 +29,16 @@ TIMEOUT = 240
 
 
 def launch(
-    tmp_path: Path, name: str, nproc: int, *options: str, faults: str = ""
+    tmp_path: Path,
+    name: str,
+    nproc: int,
+    *options: str,
+    faults: str = "",
+    script: tuple[str, ...] = (),
 ) -> tuple[subprocess.CompletedProcess[str], Path]:
-    """Run the example through ``accelkw launch`` in ``tmp_path/name``; the run and its folder."""
+    """Run the example through ``accelkw launch`` in ``tmp_path/name``; the run and its folder.
+
+    ``options`` are the launcher's, ``script`` more of the example's own arguments."""
     folder = tmp_path / name
     folder.mkdir()
     env = {
@@ -43,7 +51,7 @@ def launch(
     command = [sys.executable, "-m", "accelkw_core", "launch", "--nproc-per-node", str(nproc)]
     command += [*options, str(WORKER), "--project-dir", str(folder), "--out", str(folder / "final")]
     run = subprocess.run(
-        [*command, "--cpu"],
+        [*command, "--cpu", *script],
         env=env,
         capture_output=True,
         text=True,
@@ -122,6 +130,32 @@ def test_killed_workers_are_restarted_and_the_run_ends_bit_identical(
     assert len(kept) == 2 and all(is_complete(path) for _, path in kept)
     assert sorted(p.name for p in checkpoints.iterdir()) == [path.name for _, path in kept]
     assert_bit_identical(folder, uninterrupted[nproc])
+
+
+def test_killed_workers_of_a_run_saving_in_the_background_end_bit_identical(
+    tmp_path: Path, uninterrupted: dict[int, Path]
+) -> None:
+    # --async-saves: each save_state returns once staged and a thread writes and commits it.
+    # Rank 0 is killed inside the background write of step 8's save (its files all written,
+    # before the manifest), then rank 1 between saves. The weights must be those of the
+    # uninterrupted run (which saved synchronously: where a save is written changes nothing).
+    faults = "write:8:0,between:11:1"
+    run, folder = launch(
+        tmp_path, "run", 2, "--max-restarts", "2", faults=faults, script=("--async-saves",)
+    )
+    assert run.stdout.count("(restart ") == 3, run.stdout
+    written = (folder / "marker.0").read_text().split()
+    assert {"model.safetensors", "optimizer.bin", "scheduler.bin"} <= set(written)
+    assert "accelkw_checkpoint.json" not in written
+    assert "resumed at step 4 (restart 1)" in run.stdout
+    assert "left by a save that was interrupted" in run.stderr
+    # Killed at step 11, rank 1 takes its part of step 8's background save with it if that
+    # save was still being written (it is small: it almost never is).
+    assert re.search(r"resumed at step (4|8) \(restart 2\)", run.stdout), run.stdout
+    assert "done: 18 steps" in run.stdout
+    kept = numbered_checkpoints(folder / "checkpoints")
+    assert len(kept) == 2 and all(is_complete(path) for _, path in kept)
+    assert_bit_identical(folder, uninterrupted[2])
 
 
 @pytest.mark.slow

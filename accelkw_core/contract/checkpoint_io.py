@@ -9,7 +9,7 @@ against the checkpoint's manifest. A file name is relative to the checkpoint's f
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any, Protocol
 
@@ -86,6 +86,32 @@ class CheckpointWriter(CheckpointFolder, Protocol):
         """:meth:`record` every file under the sub-folder ``name``."""
         ...
 
+    @property
+    def writes_later(self) -> bool:
+        """Whether this save's files are written after ``save_state`` returns (a save handed
+        to a ``checkpoint_executor``, staged now): a contribution may then begin a write of its
+        own that runs in the background (DCP's ``async_save``) and end it in :meth:`later`."""
+        ...
+
+    @property
+    def group(self) -> Any:
+        """The process group for the collectives of a write that goes on in the background,
+        with the save's own (never the training's); ``None`` when there is none (one process,
+        or a save written on the caller's thread)."""
+        ...
+
+    def later(
+        self,
+        finish: Callable[[CheckpointWriter], None],
+        cancel: Callable[[], None] | None = None,
+    ) -> None:
+        """End a write the contribution began: ``finish(writer)`` waits for it and records its
+        files through ``writer``. It runs where the save's files are written, in order with
+        them, before they are synced and agreed: at once when :attr:`writes_later` is false,
+        else on the executor's thread. ``cancel()`` runs instead when the save is abandoned
+        before ``finish`` (the write must then stop without writing)."""
+        ...
+
 
 class CheckpointReader(CheckpointFolder, Protocol):
     """Reads the files of one checkpoint, each checked against its manifest before use.
@@ -142,8 +168,12 @@ class SaveJob(Protocol):
         """Bytes of state the staged copy holds (0 before :meth:`stage`)."""
         ...
 
-    def stage(self) -> Path:
-        """Lock, prepare and copy every state to CPU memory, on the caller's thread."""
+    def stage(self, group: Any = None) -> Path:
+        """Lock, prepare and copy every state to CPU memory, on the caller's thread.
+
+        ``group``: the process group :meth:`commit` will be given; a contribution that writes
+        in the background (``CheckpointWriter.group``) runs its collectives on it too, before
+        the commit's own, on the commit's thread."""
         ...
 
     def commit(self, group: Any = None) -> Path:

@@ -23,7 +23,8 @@ The pattern, written with Accelerate's calls (only the imports name accelkw):
 
 tests/test_restarts.py kills workers with SIGKILL at chosen moments (during a save, between
 saves, just after one) and checks that the final weights equal an uninterrupted run's, bit for
-bit. ``main`` takes two optional arguments for those tests: objects to register with the run and
+bit, with ``--async-saves`` too (``AsyncCheckpointKwargs``: each save written in the background
+while training goes on). ``main`` takes two optional arguments for those tests: objects to register with the run and
 a function called after each step; a training script needs neither.
 """
 
@@ -99,11 +100,22 @@ def main(
     parser.add_argument("--batch-size", type=int, default=4)
     parser.add_argument("--save-every", type=int, default=4, help="steps between checkpoints")
     parser.add_argument("--cpu", action="store_true", help="train on the CPU")
+    parser.add_argument(
+        "--async-saves",
+        action="store_true",
+        help="save in the background (accelkw-async-checkpoint): save_state returns once staged",
+    )
     args = parser.parse_args(argv)
 
     torch.manual_seed(0)  # the initial weights: the same in every process and every attempt
+    handlers = []
+    if args.async_saves:  # imported only then: the plugin (accelkw-async-checkpoint) is optional
+        from accelkw_core.utils import AsyncCheckpointKwargs
+
+        handlers.append(AsyncCheckpointKwargs())
     accelerator = Accelerator(
         cpu=args.cpu,
+        kwargs_handlers=handlers,
         project_config=ProjectConfiguration(
             project_dir=args.project_dir, automatic_checkpoint_naming=True, total_limit=2
         ),

@@ -1,6 +1,7 @@
 """A save handed to a checkpoint executor: staged on the caller's thread, committed elsewhere.
 
-``save_state`` with a ``checkpoint_executor`` contribution builds a :class:`SaveJob` and calls
+``save_state`` with a ``checkpoint_executor`` contribution builds a :class:`SaveJob` (``begin``
+is ``begin_save`` with its arguments bound, called with ``group=``) and calls
 ``executor.submit(job)``. The executor calls :meth:`SaveJob.stage` on the caller's thread (the
 lock taken, the folder prepared, every state copied to CPU memory, the processes agreed), then
 :meth:`SaveJob.commit` where it likes (a thread of its own): the staged files written, synced
@@ -39,7 +40,7 @@ class SaveJob:
         self,
         state: AcceleratorState,
         folder: Path,
-        begin: Callable[[], PendingSave],
+        begin: Callable[..., PendingSave],
         after_commit: Callable[[], None],
     ) -> None:
         self.folder = folder
@@ -55,14 +56,18 @@ class SaveJob:
         """Bytes of state the staged copy holds (0 before :meth:`stage`)."""
         return 0 if self._pending is None else self._pending.staged_bytes
 
-    def stage(self) -> Path:
+    def stage(self, group: Any = None) -> Path:
         """Lock, prepare and copy every state to CPU memory; on the caller's thread, on every
         process, in the order of its ``save_state`` calls. Raises as a synchronous save would
         (a folder locked by another writer, a state torch would refuse); nothing is left then.
+
+        ``group``: the process group :meth:`commit` will be given; the contributions' writes
+        that go on in the background (``CheckpointWriter.group``) run their collectives on it,
+        on the commit's thread, before the commit's own.
         """
         if self._pending is not None:
             raise RuntimeError(f"the save of {self.folder} is already staged")
-        self._pending = self._begin()
+        self._pending = self._begin(group=group)
         self.notes = list(self._pending.notes)
         return self.folder
 

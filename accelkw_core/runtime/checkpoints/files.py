@@ -61,6 +61,24 @@ class CheckpointWriter:
         self._pending: dict[str, Future[None]] = {}
         self._writer: ThreadPoolExecutor | None = None
 
+    @property
+    def writes_later(self) -> bool:
+        """``False``: the files are written now, on the caller's thread."""
+        return False
+
+    @property
+    def group(self) -> Any:
+        """``None``: nothing of this save runs in the background."""
+        return None
+
+    def later(
+        self,
+        finish: Callable[[CheckpointWriter], None],
+        cancel: Callable[[], None] | None = None,
+    ) -> None:
+        """``finish(self)`` at once: the files are written now."""
+        finish(self)
+
     def finish(self) -> dict[str, FileEntry]:
         """Wait for every file to be written, then sync them all; what this process wrote.
 

@@ -237,6 +237,7 @@ def begin_save(
     safe_serialization: bool = True,
     save_on_each_node: bool = False,
     staged: bool = False,
+    group: Any = None,
 ) -> PendingSave:
     """Begin a save of ``folder``: lock, prepare, and write (or stage), on the caller's thread.
 
@@ -247,7 +248,9 @@ def begin_save(
     With ``staged``, the files are not written yet: every state is copied
     (:class:`~accelkw_core.runtime.checkpoints.staging.StagingWriter`) and the processes agree
     that staging succeeded (a state torch would refuse fails here, on every process).
-    :meth:`PendingSave.complete` does the rest, on any thread.
+    :meth:`PendingSave.complete` does the rest, on any thread; ``group`` is the process group
+    it will agree on, given to the contributions (``CheckpointWriter.group``) for the
+    collectives of writes they go on with in the background.
     """
     committer = _committer(state, save_on_each_node)
     # The lock is the folder's a link points to: two links to one folder share its writer.
@@ -256,7 +259,9 @@ def begin_save(
     try:
         mine, notes, error = _start(target, lock)
         temporary = _shared_temporary(state, mine, error)
-        writer = StagingWriter(temporary, state) if staged else CheckpointWriter(temporary, state)
+        writer = (
+            StagingWriter(temporary, state, group) if staged else CheckpointWriter(temporary, state)
+        )
         handlers: list[str] = []
         try:
             handlers = _write_states(
@@ -269,6 +274,8 @@ def begin_save(
         if staged:
             failed = failures(state, error)
             if failed:
+                if isinstance(writer, StagingWriter):
+                    writer.abandon()
                 if committer:
                     durable.remove_tree(temporary)
                 raise_agreed(error, failed)

@@ -11,12 +11,15 @@ tensors that shared a storage still share one copy. A CUDA tensor is copied into
 memory, asynchronously, and the copies are waited for once, before the caller goes on.
 
 Files a contributor wrote into the folder itself (a library's, DCP's) are on the disk already
-and only recorded. Torch is imported inside the functions.
+and only recorded. A write a contributor began in the background (DCP's ``async_save``) is
+ended by its ``later`` callback, replayed in its place: on the thread that writes the rest,
+before anything is synced and agreed. Torch is imported inside the functions.
 """
 
 from __future__ import annotations
 
 import copy
+from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -80,10 +83,28 @@ class StagingWriter(CheckpointWriter):
     refuse fails the save at once, naming its owner); the rest is copied by :func:`staged`.
     """
 
-    def __init__(self, folder: Path, state: AcceleratorState) -> None:
+    def __init__(self, folder: Path, state: AcceleratorState, group: Any = None) -> None:
         super().__init__(folder, state)
         self._ops: list[tuple[str, str, Any]] = []
         self._memo: dict[int, Any] = {}
+        self._group = group
+
+    @property
+    def writes_later(self) -> bool:
+        """``True``: the files are written by :meth:`replay`, after ``save_state`` returns."""
+        return True
+
+    @property
+    def group(self) -> Any:
+        """The process group of the thread that replays (the executor's), or ``None``."""
+        return self._group
+
+    def later(
+        self,
+        finish: Callable[[CheckpointWriter], None],
+        cancel: Callable[[], None] | None = None,
+    ) -> None:
+        self._ops.append(("later", "", (finish, cancel)))
 
     def write_bytes(self, name: str, data: bytes | memoryview) -> Path:
         kept = data if isinstance(data, bytes) else bytes(data)
@@ -113,17 +134,35 @@ class StagingWriter(CheckpointWriter):
         self._memo.clear()
 
     def replay(self, writer: CheckpointWriter) -> None:
-        """Make every kept write through ``writer`` (the real one), in order; keeps nothing."""
+        """Make every kept write through ``writer`` (the real one), in order; keeps nothing.
+
+        When one fails, the background writes not yet ended are cancelled (see
+        :meth:`abandon`) before the failure is raised."""
         ops, self._ops = self._ops, []
-        for kind, name, value in ops:
-            if kind == "bytes":
-                writer.write_bytes(name, value)
-            elif kind == "save":
-                writer.save(name, value)
-            elif kind == "tensors":
-                writer.save_tensors(name, value)
-            else:
-                writer.record(name)
+        for i, (kind, name, value) in enumerate(ops):
+            try:
+                if kind == "bytes":
+                    writer.write_bytes(name, value)
+                elif kind == "save":
+                    writer.save(name, value)
+                elif kind == "tensors":
+                    writer.save_tensors(name, value)
+                elif kind == "later":
+                    value[0](writer)
+                else:
+                    writer.record(name)
+            except BaseException:
+                self._ops = ops[i + 1 :]
+                self.abandon()
+                raise
+
+    def abandon(self) -> None:
+        """Drop what is kept; cancel each background write not yet ended (it would wait for
+        its ``finish`` forever)."""
+        ops, self._ops = self._ops, []
+        for kind, _, value in ops:
+            if kind == "later" and value[1] is not None:
+                value[1]()
 
     def staged_bytes(self) -> int:
         """How many bytes of state are kept (the staging copy's size)."""

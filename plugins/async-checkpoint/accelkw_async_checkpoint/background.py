@@ -49,7 +49,7 @@ class BackgroundSaves:
             self._wait_oldest()
         self._raise_failure()
         group = self._side_group(job)
-        job.stage()
+        job.stage(group)
         self.peak_staged_bytes = max(self.peak_staged_bytes, job.staged_bytes)
         with self._guard:
             if self._pool is None:

@@ -5,7 +5,8 @@ Accelerate's layout for FSDP. ``FULL_STATE_DICT``: ``pytorch_model_fsdp.bin``
 ``optimizer.bin`` (``optimizer_<i>.bin``), the full optimizer state keyed by parameter name, both
 written by the main process. ``SHARDED_STATE_DICT``: the folders ``pytorch_model_fsdp_<i>`` and
 ``optimizer_<i>``, into which every rank writes its own shards with
-``torch.distributed.checkpoint`` (DCP), under the keys ``model`` and ``optimizer``.
+``torch.distributed.checkpoint`` (DCP), under the keys ``model`` and ``optimizer``; with
+``async_save`` when the save is written in the background (:mod:`accelkw_fsdp._background`).
 
 Loading reads whichever layout the checkpoint holds (DCP reshards for another world size), and
 reads and checks everything before it changes anything: the full files on the main process
@@ -23,6 +24,7 @@ from pathlib import Path
 from typing import Any, cast
 
 from accelkw_core.plugin import AccelkwError, CheckpointError, CheckpointReader, CheckpointWriter
+from accelkw_fsdp._background import save_later
 from accelkw_fsdp._shard import resharded
 
 __all__ = ["FSDPCheckpoint"]
@@ -242,21 +244,27 @@ class FSDPCheckpoint:
     def _save_sharded(
         self, writer: CheckpointWriter, models: Sequence[Any], pairs: list[tuple[Any, Any]]
     ) -> None:
-        from torch.distributed.checkpoint.filesystem import FileSystemWriter
         from torch.distributed.checkpoint.state_dict import StateDictOptions, get_model_state_dict
-        from torch.distributed.checkpoint.state_dict_saver import save
 
         options = StateDictOptions()
         for i, model in enumerate(models):
-            name = f"{MODEL}_{i}"
             shards = get_model_state_dict(resharded(model), options=options)
-            save({"model": shards}, storage_writer=FileSystemWriter(writer.folder / name))
-            self._record_share(writer, name)
+            self._dcp_save(writer, f"{MODEL}_{i}", {"model": shards})
         for i, (root, optimizer) in enumerate(pairs):
-            name = f"{OPTIMIZER}_{i}"
             osd = _optimizer_state(root, optimizer, options)
-            save({"optimizer": osd}, storage_writer=FileSystemWriter(writer.folder / name))
-            self._record_share(writer, name)
+            self._dcp_save(writer, f"{OPTIMIZER}_{i}", {"optimizer": osd})
+
+    def _dcp_save(self, writer: CheckpointWriter, name: str, state: dict[str, Any]) -> None:
+        """DCP-save ``state`` into the folder ``name``: through ``async_save`` when the save is
+        written in the background on a process group of its own, else now."""
+        if writer.writes_later and writer.group is not None:
+            save_later(writer, name, state, lambda real: self._record_share(real, name))
+            return
+        from torch.distributed.checkpoint.filesystem import FileSystemWriter
+        from torch.distributed.checkpoint.state_dict_saver import save
+
+        save(state, storage_writer=FileSystemWriter(writer.folder / name))
+        self._record_share(writer, name)
 
     @staticmethod
     def _record_share(writer: CheckpointWriter, name: str) -> None:

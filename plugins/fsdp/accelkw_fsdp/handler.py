@@ -260,7 +260,8 @@ class FullyShardedDataParallelPlugin(KwargsHandler):
                 "optimizer.bin)"
                 if resolved.state_dict == "full"
                 else "every rank writes its shards with torch.distributed.checkpoint "
-                "(pytorch_model_fsdp_<i>/, optimizer_<i>/)"
+                "(pytorch_model_fsdp_<i>/, optimizer_<i>/; async_save when saves are written "
+                "in the background)"
             ),
         )
         if self.activation_checkpointing_offload:
