@@ -481,17 +481,17 @@ class Accelerator:
     @property
     def project_dir(self) -> str | None:
         """The project folder (``ProjectConfiguration.project_dir``)."""
-        return self._checkpoints.project_dir
+        return self.project_configuration.project_dir
 
     @property
     def logging_dir(self) -> str | None:
         """Where trackers write (``ProjectConfiguration.logging_dir``)."""
-        return self._checkpoints.logging_dir
+        return self.project_configuration.logging_dir
 
     @property
     def save_iteration(self) -> int:
         """The number the next automatically named checkpoint gets."""
-        return self._checkpoints.save_iteration
+        return self.project_configuration.iteration
 
     def save_state(
         self, output_dir: Any = None, safe_serialization: bool = True, **save_model_func_kwargs: Any

@@ -94,21 +94,6 @@ class Checkpoints:
         #: ``Accelerator.project_configuration``.
         self.project_configuration = project_configuration
 
-    @property
-    def project_dir(self) -> str | None:
-        """The project folder (``ProjectConfiguration.project_dir``)."""
-        return self.project_configuration.project_dir
-
-    @property
-    def logging_dir(self) -> str | None:
-        """Where trackers write (``ProjectConfiguration.logging_dir``)."""
-        return self.project_configuration.logging_dir
-
-    @property
-    def save_iteration(self) -> int:
-        """The number the next automatically named checkpoint gets."""
-        return self.project_configuration.iteration
-
     def _next_checkpoint(self) -> Path:
         config = self.project_configuration
         parent = config.checkpoints_dir()
@@ -134,13 +119,9 @@ class Checkpoints:
     def save_state(
         self, output_dir: Any = None, safe_serialization: bool = True, **save_model_func_kwargs: Any
     ) -> Path:
-        """Save models, optimizers, schedulers, registered objects, handlers and random states.
+        """Save the run into ``output_dir`` (or the next automatically named folder); returns it.
 
-        Into ``output_dir``, or, with ``ProjectConfiguration(automatic_checkpoint_naming=True)``,
-        into ``<project_dir>/checkpoints/checkpoint_<iteration>``. Weights go to
-        ``model.safetensors`` (``pytorch_model.bin`` with ``safe_serialization=False``). The
-        folder appears complete or not at all: a save interrupted at any instant leaves the
-        previous checkpoint of that name untouched. Returns the folder.
+        The folder appears complete or not at all (``Accelerator.save_state``).
         """
         config = self.project_configuration
         if config.automatic_checkpoint_naming:
@@ -197,12 +178,7 @@ class Checkpoints:
         return job.notes
 
     def wait_for_checkpoints(self) -> None:
-        """Wait until every checkpoint ``save_state`` handed to a background writer is committed.
-
-        Raises the :class:`~accelkw_core.errors.CheckpointError` of one that failed (the
-        checkpoint saved before it is kept). Without a ``checkpoint_executor`` contribution
-        (``save_state`` commits before it returns) there is nothing to wait for.
-        """
+        """Wait for the ``checkpoint_executor``'s pending saves; raises a failed one's error."""
         for executor in self.state.values(CHECKPOINT_EXECUTOR):
             executor.wait()
 
@@ -228,12 +204,8 @@ class Checkpoints:
         load_kwargs: dict[str, Any] | None = None,
         **load_model_func_kwargs: Any,
     ) -> int | None:
-        """Load a checkpoint into the prepared objects, and the random states: all or nothing.
+        """Load ``input_dir`` (or the newest complete checkpoint) whole or not at all.
 
-        ``input_dir`` is the folder; without it, with automatic checkpoint naming, the newest
-        complete checkpoint under ``<project_dir>/checkpoints``. Every file is checked before
-        anything is changed: a missing, short or damaged file raises
-        :class:`~accelkw_core.errors.CheckpointError` naming it, leaving every object as it was.
         Returns the step the checkpoint recorded (``None`` when it recorded none), for the
         caller to set.
         """
@@ -280,12 +252,7 @@ class Checkpoints:
         max_shard_size: int | str = "10GB",
         safe_serialization: bool = True,
     ) -> None:
-        """Save ``model``'s unwrapped weights for ``from_pretrained``-style loading (main process).
-
-        ``model.safetensors`` (``pytorch_model.bin`` with ``safe_serialization=False``), split
-        into ``model-00001-of-0000N.safetensors`` shards with an index above ``max_shard_size``,
-        as Accelerate. Each file is written under a temporary name and renamed into place.
-        """
+        """Write ``model``'s unwrapped weights in Accelerate's layout, on the main process."""
         folder = _directory(save_directory, "save_directory")
         if folder.is_file():
             raise CheckpointError(folder, "should be a directory, not a file")
@@ -300,7 +267,7 @@ class Checkpoints:
         )
 
     def register_for_checkpointing(self, *objects: Any) -> None:
-        """Save and load ``objects`` (each with ``state_dict``/``load_state_dict``) with the run."""
+        """Add ``objects`` to what the run saves and loads, after checking they can be."""
         invalid = [
             f"- Item at index {i}, `{type(obj).__name__}`"
             for i, obj in enumerate(objects)
@@ -314,10 +281,7 @@ class Checkpoints:
         self.prepared.custom.extend(objects)
 
     def get_state_dict(self, model: Any, unwrap: bool = True) -> dict[str, Any]:
-        """``model``'s weights: through the ``model_state`` contribution, else its state_dict.
-
-        ``unwrap=True`` reads the model without the handlers' wrappers (no ``module.`` prefix).
-        """
+        """``model``'s weights (``unwrap``: read without the handlers' wrappers)."""
         unwrapped = self.prepared.unwrap(model) if unwrap else model
         return model_state_dict(self.state, model, unwrapped)
 

@@ -79,11 +79,7 @@ class Trackers:
                 tracker.store_init_configuration(config)
 
     def get_tracker(self, name: str, unwrap: bool = False) -> Any:
-        """The started tracker called ``name`` (its underlying run or writer with ``unwrap``).
-
-        Before ``init_trackers`` (or with no tracker) it is a blank ``GeneralTracker``, whose
-        methods do nothing, as in Accelerate; a name no started tracker has is a ``ValueError``.
-        """
+        """The started tracker ``name`` (unwrapped: its run); a blank one when none started."""
         if not self.trackers:
             return GeneralTracker(_blank=True)
         for tracker in self.trackers:
@@ -100,11 +96,7 @@ class Trackers:
         step: int | None = None,
         log_kwargs: Mapping[str, Mapping[str, Any]] | None = None,
     ) -> None:
-        """Write ``values`` at ``step`` to every started tracker.
-
-        ``log_kwargs`` maps a tracker's name to extra keyword arguments for its ``log``. Only
-        the main process logs (the others have no started tracker).
-        """
+        """Write ``values`` at ``step`` to every started tracker (on the main process)."""
         if self.state.rank != 0:
             return
         log_kwargs = {} if log_kwargs is None else log_kwargs
