@@ -16,10 +16,10 @@ import contextlib
 import functools
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from contextlib import AbstractContextManager
-from typing import TYPE_CHECKING, Any, TypeVar
+from typing import TYPE_CHECKING, Any
 
 from accelkw_core.contract.contributions import Backward, LossTransform
-from accelkw_core.contract.points import BACKWARD, FORWARD_CONTEXT, LOSS, NO_SYNC, ExtensionPoint
+from accelkw_core.contract.points import BACKWARD, FORWARD_CONTEXT, LOSS, NO_SYNC
 from accelkw_core.contract.step import AfterStep, AroundStep, StepContext
 from accelkw_core.runtime import clipping
 from accelkw_core.runtime.forward import forward_contexts
@@ -31,8 +31,6 @@ if TYPE_CHECKING:
     from accelkw_core.runtime.state import AcceleratorState
 
 __all__ = ["Stepping", "build_step"]
-
-T = TypeVar("T")
 
 
 class Stepping:
@@ -47,27 +45,14 @@ class Stepping:
         self.state = state
         self.gradient_state = gradient_state
         self.prepared = prepared
-        # The hot paths (backward, autocast) read points once per state version, not per call.
-        self._points: tuple[int, dict[str, tuple[Any, ...]]] | None = None
-        # backward's two points with the version they were read at, in one tuple: the
-        # Accelerator's delegation costs a call, and this saves two.
+        # The hot paths read their points once per version of the state, not per call, each
+        # with the version it was read at in one tuple (one attribute read and one comparison
+        # per call): backward's two points, and autocast's contexts as one factory.
         self._backward: tuple[int, tuple[LossTransform, ...], tuple[Backward, ...]] = (-1, (), ())
-        # autocast's one factory (the forward contexts as one context), likewise.
         self._forward: tuple[int, Callable[[], AbstractContextManager[Any]]] = (
             -1,
             contextlib.nullcontext,
         )
-
-    def values(self, point: ExtensionPoint[T]) -> tuple[T, ...]:
-        """The contributions to ``point``, read once per version of the state."""
-        version = self.state.version
-        cache = self._points
-        if cache is None or cache[0] != version:
-            cache = self._points = (version, {})
-        values: tuple[T, ...] | None = cache[1].get(point.name)
-        if values is None:
-            values = cache[1][point.name] = tuple(self.state.values(point))
-        return values
 
     # -- the facts of gradient accumulation ------------------------------------------------------
 
@@ -103,7 +88,7 @@ class Stepping:
             forward = self._forward
             version = self.state.version
             if forward[0] != version:
-                factories = self.values(FORWARD_CONTEXT)
+                factories = self.state.values(FORWARD_CONTEXT)
                 # One contribution (the common case) is entered as it is, with no frame around.
                 factory = (
                     factories[0]
@@ -124,7 +109,9 @@ class Stepping:
         points = self._backward
         version = self.state.version
         if points[0] != version:
-            points = self._backward = (version, self.values(LOSS), self.values(BACKWARD))
+            state = self.state
+            points = (version, tuple(state.values(LOSS)), tuple(state.values(BACKWARD)))
+            self._backward = points
         for transform in points[1]:
             loss = transform(loss)
         if points[2]:
