@@ -19,6 +19,7 @@ from typing import TYPE_CHECKING, Any
 from accelkw_core._version import __version__
 
 if TYPE_CHECKING:
+    from accelkw_core.accelerator import Accelerator
     from accelkw_core.contract.handler import KwargsHandler
     from accelkw_core.discovery.default_registry import get_registry, set_registry
     from accelkw_core.discovery.registry import Registry
@@ -33,7 +34,6 @@ if TYPE_CHECKING:
         PointConflictError,
         UnknownHandlerError,
     )
-    from accelkw_core.runtime.accelerator import Accelerator
     from accelkw_core.runtime.checkpoints.project import ProjectConfiguration
     from accelkw_core.runtime.data_loader import skip_first_batches
     from accelkw_core.runtime.dataloader_config import DataLoaderConfiguration
@@ -53,7 +53,7 @@ if TYPE_CHECKING:  # the names that moved in 0.2, typed as what they are (they w
     from accelkw_core.runtime.composition import compose as compose
 
 _EXPORTS = {
-    "Accelerator": "accelkw_core.runtime.accelerator",
+    "Accelerator": "accelkw_core.accelerator",
     "AcceleratorState": "accelkw_core.runtime.state",
     # What Accelerate's own examples import from ``accelerate`` itself.
     "DataLoaderConfiguration": "accelkw_core.runtime.dataloader_config",

@@ -16,7 +16,7 @@ from accelkw_core.errors import ConfigError
 from accelkw_core.runtime.processes import DistributedType
 
 if TYPE_CHECKING:
-    from accelkw_core.runtime.accelerator import Accelerator
+    from accelkw_core.accelerator import Accelerator
 
 __all__ = ["LocalSGD"]
 

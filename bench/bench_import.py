@@ -23,7 +23,7 @@ import sys
 
 from _timing import Cmd, interleaved_with_cpu, precompile, verdict
 
-CORE = ["accelkw_core", "accelkw_core.discovery.registry", "accelkw_core.runtime.accelerator"]
+CORE = ["accelkw_core", "accelkw_core.discovery.registry", "accelkw_core.accelerator"]
 CHECK = (
     "import sys, importlib; importlib.import_module({name!r}); "
     "leaked = sorted(m for m in sys.modules if m == 'torch' or m.startswith('torch.')); "

@@ -14,9 +14,9 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 import runtime_helpers as rh
 
 from accelkw_core import Accelerator, AccelkwError, HandlerApplyError, KwargsHandler
+from accelkw_core.accelerator import NoProfiler
 from accelkw_core.errors import MissingPluginWarning
 from accelkw_core.plugin import MODEL_WRAPPER, PROFILER, TEARDOWN, Plan
-from accelkw_core.runtime.accelerator import NoProfiler
 from accelkw_core.testing import modules_loaded_by
 
 torch = pytest.importorskip("torch")

@@ -236,7 +236,7 @@ def test_save_model_get_state_dict_and_free_memory(tmp_path: Path) -> None:
     acc.save_model(model, tmp_path / "bin", safe_serialization=False)
     saved = torch.load(tmp_path / "bin" / "pytorch_model.bin", weights_only=True)
     assert all(torch.equal(v, acc.get_state_dict(model)[k]) for k, v in saved.items())
-    assert acc.free_memory(model) == [None] and acc._models == []
+    assert acc.free_memory(model) == [None] and acc._prepared.models == []
     assert acc.clear() == []
 
 

@@ -207,7 +207,7 @@ def test_a_handler_added_since_the_save_starts_fresh_with_a_warning(tmp_path: Pa
         later.load_state(tmp_path / "ckpt")
     assert counter.n == 7 and later.scaler.get_scale() == scale
     assert all(
-        torch.equal(v, acc.get_state_dict(acc._models[0][0])[k])
+        torch.equal(v, acc.get_state_dict(acc._prepared.models[0][0])[k])
         for k, v in later.get_state_dict(model).items()
     )
 

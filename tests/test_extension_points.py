@@ -563,7 +563,7 @@ def test_explicit_fields_survive_replace_copy_and_pickle() -> None:
 # -- the core names no built-in ----------------------------------------------------------------
 
 # Reviewed literals equal to a built-in's name: Accelerate's method names in messages.
-ALLOWED = {("runtime/accelerator.py", "autocast"), ("runtime/accelerator.py", "profile")}
+ALLOWED = {("runtime/stepping.py", "autocast"), ("runtime/profiling.py", "profile")}
 SLOT_NAMES = {
     "grad_scaler",
     "autocast_factory",

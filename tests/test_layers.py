@@ -4,8 +4,8 @@ Bottom to top: errors and the version; ``contract`` (what a plugin codes against
 and tracker contracts, ``Plan``, the extension points and their contribution types, the state
 as a handler sees it, the checkpoint writer and reader it is handed); run facts and environment
 parsing (``facts``, ``logs``); ``discovery``; ``config`` and ``tracking`` (which trackers a run
-uses); ``runtime``; and the tiers over them (``cli``, ``tools``, ``testing``, ``plugin``,
-``utils``, ``local_sgd``).
+uses); ``runtime``; ``accelerator`` (the ``Accelerator``, over the runtime's collaborators); and
+the tiers over them (``cli``, ``tools``, ``testing``, ``plugin``, ``utils``, ``local_sgd``).
 
 Every import counts, wherever it is written: at module level, under ``if TYPE_CHECKING:``,
 inside a function or a method (done lazily, when the code runs), relative or absolute, and
@@ -32,6 +32,7 @@ LAYERS = [
     {"discovery"},
     {"config", "tracking"},
     {"runtime"},
+    {"accelerator"},
     {"cli", "tools", "testing", "plugin", "utils", "local_sgd", "__init__", "__main__"},
 ]
 RANK = {name: i for i, layer in enumerate(LAYERS) for name in layer}
@@ -285,3 +286,67 @@ def test_the_circle_check_finds_a_hidden_circle() -> None:
     graph = {"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}}
     assert import_cycles(graph) == [["a", "b", "c"]]
     assert import_cycles({"a": {"b"}, "b": set()}) == []
+
+
+# -- the Accelerator delegates: no mixins, no reflection on its own class -----------------------
+
+
+def test_the_accelerator_has_no_base_but_object() -> None:
+    from accelkw_core.accelerator import Accelerator
+
+    assert Accelerator.__bases__ == (object,)
+
+
+def _reflects_on_its_own_class(node: ast.AST) -> bool:
+    # ``getattr(type(self), ...)`` / ``hasattr(type(self), ...)``: a class asking which class
+    # it was mixed into.
+    return (
+        isinstance(node, ast.Call)
+        and isinstance(node.func, ast.Name)
+        and node.func.id in {"getattr", "hasattr"}
+        and bool(node.args)
+        and ast.unparse(node.args[0]) == "type(self)"
+    )
+
+
+def test_no_module_of_the_core_reflects_on_its_own_class() -> None:
+    found = [
+        f"{path.relative_to(CORE)}:{node.lineno} {ast.unparse(node)}"
+        for path in sorted(CORE.rglob("*.py"))
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8")))
+        if _reflects_on_its_own_class(node)
+    ]
+    assert not found, "\n".join(found)
+
+
+def test_the_reflection_probe_sees_both_spellings(tmp_path: Path) -> None:
+    source = "class C:\n    def m(self):\n        return getattr(type(self), 'x'), hasattr(type(self), 'y')\n"
+    hits = [node for node in ast.walk(ast.parse(source)) if _reflects_on_its_own_class(node)]
+    assert len(hits) == 2
+
+
+def test_no_class_of_the_runtime_or_the_accelerator_declares_stubs_under_type_checking() -> None:
+    # Methods declared under ``if TYPE_CHECKING:`` in a class body are how mixins borrow each
+    # other's private methods; a collaborator is handed what it needs instead.
+    found = [
+        f"{path.relative_to(CORE)}:{stmt.lineno} class {node.name}"
+        for package in ("runtime", "accelerator")
+        for path in sorted((CORE / package).rglob("*.py"))
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8")))
+        if isinstance(node, ast.ClassDef)
+        for stmt in node.body
+        if isinstance(stmt, ast.If) and ast.unparse(stmt.test) == "TYPE_CHECKING"
+    ]
+    assert not found, "\n".join(found)
+
+
+def test_the_runtime_never_imports_the_accelerator() -> None:
+    # The collaborators are handed the state, the gradient state and the record of what was
+    # prepared; none reaches back to the class that holds them.
+    found = [
+        f"{path.relative_to(CORE)}:{line} imports {target}"
+        for path in sorted((CORE / "runtime").rglob("*.py"))
+        for line, target in imports_of(path)
+        if target == "accelkw_core.accelerator" or target.startswith("accelkw_core.accelerator.")
+    ]
+    assert not found, "\n".join(found)

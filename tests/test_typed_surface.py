@@ -10,7 +10,7 @@ from typing import Any, ClassVar
 import pytest
 from mypy import api as mypy_api
 
-from accelkw_core import Accelerator, AccelkwError, ComposeError
+from accelkw_core import Accelerator, AccelkwError
 from accelkw_core.plugin import ATTRIBUTE, KwargsHandler, Plan
 from accelkw_core.testing import isolated_registry, plugin_of
 
@@ -50,11 +50,12 @@ def test_a_contribution_is_read_through_extras_and_extra_typed() -> None:
         assert acc.scaler is None
 
 
-def test_a_contribution_named_like_an_accelerator_attribute_is_an_error_naming_both() -> None:
-    with pytest.raises(
-        ComposeError, match=r"handler 'meter' .* 'device', which is already Accelerator\.device"
-    ):
-        make(MeterKwargs(key="device"))
+def test_a_contribution_named_like_an_accelerator_attribute_shadows_nothing() -> None:
+    # Contributions are reached through extra()/extras only, never as attributes, so a key
+    # that is also an Accelerator attribute is reachable and leaves the attribute as it was.
+    with make(MeterKwargs(key="device")) as acc:
+        assert isinstance(acc.extra("device", Meter), Meter)
+        assert str(acc.device) == "cpu"
 
 
 @pytest.mark.xdist_group("mypy")

@@ -260,10 +260,11 @@ CHECKPOINT_EXECUTOR: ExtensionPoint[CheckpointExecutor] = ExtensionPoint(
 ATTRIBUTE: ExtensionPoint[object] = ExtensionPoint(
     "attribute",
     KEYED,
-    "any object, keyed by an attribute name of ``Accelerator``",
+    "any object, keyed by a name (``seed``, ``scaler``)",
     "read with ``accelerator.extra(name, kind)`` (typed) or a typed accessor the plugin exports "
     "(``ema_of(accelerator)``); Accelerate's own attribute ``scaler`` is a typed property that "
-    "reads it; a name that is already an ``Accelerator`` attribute is a composition error",
+    "reads it; a contribution never becomes an ``Accelerator`` attribute, so its name shadows "
+    "none",
     "shared",
     "wherever the attribute is read",
 )

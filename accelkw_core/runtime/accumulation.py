@@ -11,13 +11,10 @@ Nothing here imports torch.
 
 from __future__ import annotations
 
-import contextlib
-from collections.abc import Iterator
-from contextlib import AbstractContextManager
 from typing import TYPE_CHECKING, Any, Protocol
 
 from accelkw_core.contract.contributions import AccumulationPolicy
-from accelkw_core.contract.points import ACCUMULATION, NO_SYNC
+from accelkw_core.contract.points import ACCUMULATION
 from accelkw_core.discovery.catalog import provider_hint
 from accelkw_core.errors import ConfigError
 
@@ -25,7 +22,6 @@ if TYPE_CHECKING:
     from accelkw_core.runtime.state import AcceleratorState
 
 __all__ = [
-    "AccumulationAPI",
     "AccumulationPolicy",
     "AlwaysSync",
     "GradientState",
@@ -133,72 +129,3 @@ class GradientState:
             f"num_steps={self.num_steps}, end_of_dataloader={self.end_of_dataloader}, "
             f"policy={self.policy!r})"
         )
-
-
-class AccumulationAPI:
-    """The ``Accelerator`` methods of gradient accumulation, with Accelerate's semantics."""
-
-    state: AcceleratorState
-    gradient_state: GradientState
-
-    @property
-    def sync_gradients(self) -> bool:
-        """Whether this micro-step syncs gradients and steps the optimizer."""
-        return self.gradient_state.sync_gradients
-
-    @sync_gradients.setter
-    def sync_gradients(self, value: bool) -> None:
-        self.gradient_state.sync_gradients = value
-
-    @property
-    def gradient_accumulation_steps(self) -> int:
-        """Micro-steps per optimizer step (1 without an accumulation policy)."""
-        return self.gradient_state.num_steps
-
-    @gradient_accumulation_steps.setter
-    def gradient_accumulation_steps(self, value: int) -> None:
-        self.gradient_state.policy.num_steps = value
-
-    @property
-    def step(self) -> int:
-        """The micro-step counter ``accumulate()`` advances (Accelerate's ``accelerator.step``)."""
-        return self.gradient_state.step
-
-    @step.setter
-    def step(self, value: int) -> None:
-        self.gradient_state.step = value
-
-    @contextlib.contextmanager
-    def no_sync(self, model: Any) -> Iterator[None]:
-        """Hold back gradient synchronisation of ``model`` (a prepared model) in the block.
-
-        Enters the ``no_sync`` contribution; without one, the model's own ``no_sync()`` when
-        the run is distributed (DDP), else nothing, as Accelerate does.
-        """
-        with self._suspend(model):
-            yield
-
-    def _suspend(self, model: Any) -> AbstractContextManager[Any]:
-        contributed = self.state.values(NO_SYNC)
-        if contributed:
-            manager: AbstractContextManager[Any] = contributed[0](model)
-            return manager
-        own = getattr(model, "no_sync", None) if self.state.distributed else None
-        return own() if own is not None else contextlib.nullcontext()
-
-    @contextlib.contextmanager
-    def accumulate(self, *models: Any) -> Iterator[None]:
-        """One micro-step of gradient accumulation.
-
-        Sets :attr:`sync_gradients` from the accumulation policy (every
-        ``gradient_accumulation_steps``-th micro-step, and the last batch of a prepared data
-        loader, sync); on the others, ``models`` hold back gradient synchronisation and the
-        prepared optimizers' ``step()`` and ``zero_grad()`` do nothing.
-        """
-        gradient_state = self.gradient_state
-        gradient_state.advance()
-        with contextlib.ExitStack() as stack:
-            if gradient_state.holds_back(self.state.distributed):
-                for model in models:
-                    stack.enter_context(self._suspend(model))
-            yield

@@ -7,10 +7,11 @@
 from __future__ import annotations
 
 import time
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from accelkw_core.contract.handler import KwargsHandler
 from accelkw_core.contract.plan import Plan
+from accelkw_core.contract.points import ExtensionPoint
 from accelkw_core.errors import AccelkwError
 from accelkw_core.runtime.gaps import gaps_of_run, live_capabilities
 
@@ -19,7 +20,9 @@ if TYPE_CHECKING:
     from accelkw_core.discovery.registry import Registry
     from accelkw_core.runtime.state import AcceleratorState
 
-__all__ = ["HandlerPlan", "plan_handler", "plan_run"]
+__all__ = ["HandlerPlan", "override_values", "plan_handler", "plan_run"]
+
+T = TypeVar("T")
 
 
 class HandlerPlan:
@@ -77,3 +80,23 @@ def plan_run(
     capabilities = live_capabilities(state, provided)
     gaps = gaps_of_run(state, capabilities, registry, settings.disabled)
     return plans, gaps
+
+
+def override_values(
+    state: AcceleratorState, handler: Any, point: ExtensionPoint[T], what: str
+) -> list[T]:
+    """What ``handler``, passed for one call, contributes to ``point`` on this run's facts.
+
+    ``accelerator.autocast(autocast_handler=...)`` and ``profile(profile_handler=...)`` carry
+    the handler's plan out on a scratch state, so a per-call override goes through the same
+    points as a composed handler. ``what`` names the call in the ``TypeError`` for a
+    ``handler`` that is not a handler instance.
+    """
+    if not isinstance(handler, KwargsHandler):
+        raise TypeError(
+            f"{what}: got {type(handler).__name__}, expected a handler instance that "
+            f"contributes to the {point.name!r} extension point"
+        )
+    scratch = state.scratch()
+    handler.plan(scratch).carry_out(scratch)
+    return scratch.values(point)

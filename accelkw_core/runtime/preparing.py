@@ -1,9 +1,14 @@
-"""``Accelerator.prepare`` and friends: models, optimizers, data loaders and schedulers made
-ready for the run, through the wrapper extension points in composition order."""
+"""Preparing: models, optimizers, data loaders and schedulers made ready for the run.
+
+:class:`Preparation` is the ``Accelerator``'s collaborator for ``prepare`` and its friends: each
+object goes through the wrapper extension points in composition order and is added to the
+run's record of what was prepared (:class:`~accelkw_core.runtime.prepared.Prepared`);
+``free_memory`` empties that record.
+"""
 
 from __future__ import annotations
 
-import warnings
+import gc
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, TypeVar
 
@@ -15,40 +20,43 @@ from accelkw_core.contract.points import (
     ExtensionPoint,
 )
 from accelkw_core.errors import AccelkwError
-from accelkw_core.runtime.forward import patch_forward, unpatch_forward
+from accelkw_core.runtime.clipping import innermost_optimizer
+from accelkw_core.runtime.forward import patch_forward
 
 if TYPE_CHECKING:
     from accelkw_core.runtime.accumulation import GradientState
-    from accelkw_core.runtime.dataloader_config import DataLoaderConfiguration
+    from accelkw_core.runtime.data import DataLoading
+    from accelkw_core.runtime.prepared import Prepared
     from accelkw_core.runtime.state import AcceleratorState
 
-__all__ = ["PreparingAPI"]
+__all__ = ["Preparation"]
 
 W = TypeVar("W")
 
 
-class PreparingAPI:
-    """The preparing half of the ``Accelerator`` (a mixin: it reads the run's state)."""
+class Preparation:
+    """Prepares objects for a run and records them in ``prepared``.
 
-    state: AcceleratorState
-    gradient_state: GradientState
-    dataloader_config: DataLoaderConfiguration
-    _models: list[tuple[Any, Any]]
+    ``gradient_state`` decides when prepared optimizers and schedulers really step; ``data``
+    rebuilds data loaders.
+    """
 
-    if TYPE_CHECKING:
-
-        def _track(self, kind: str, obj: Any) -> Any: ...
-
-        def prepare_scheduler(self, scheduler: Any) -> Any: ...
+    def __init__(
+        self,
+        state: AcceleratorState,
+        gradient_state: GradientState,
+        prepared: Prepared,
+        data: DataLoading,
+    ) -> None:
+        self.state = state
+        self.gradient_state = gradient_state
+        self.prepared = prepared
+        self.data = data
 
     def prepare(self, *objects: Any) -> Any:
-        """Prepare models, optimizers and data loaders for this run; other objects pass through.
+        """Prepare models, optimizers and data loaders; other objects pass through.
 
-        Models move to :attr:`device`, their forward runs under the ``forward_context``
-        contributions (autocast), and they pass through each ``model_wrapper`` in order (DDP);
-        optimizers pass through each ``optimizer_wrapper`` and step through the ``around_step``
-        and ``after_step`` contributions; data loaders are sharded across processes. Returns one object for one argument, else a tuple
-        in the order given.
+        One object for one argument, else a tuple in the order given.
         """
         # Schedulers last, as in Accelerate, so each finds its prepared optimizer.
         firsts = [obj if _is_scheduler(obj) else self._prepare_one(obj) for obj in objects]
@@ -58,7 +66,7 @@ class PreparingAPI:
     def _prepare_one(self, obj: Any) -> Any:
         import torch
 
-        from accelkw_core.runtime.data_loader import PreparedDataLoader, prepare_data_loader
+        from accelkw_core.runtime.data_loader import PreparedDataLoader
         from accelkw_core.runtime.optimizer import AcceleratedOptimizer
 
         if isinstance(obj, torch.nn.Module):
@@ -68,10 +76,9 @@ class PreparingAPI:
         if isinstance(obj, torch.optim.Optimizer):
             return self.prepare_optimizer(obj)
         if isinstance(obj, torch.utils.data.DataLoader):
-            loader = prepare_data_loader(
-                obj, self.state, self.gradient_state.loaders, self.dataloader_config
-            )
-            return self._track("data_loaders", loader)
+            loader = self.data.prepare(obj)
+            self.prepared.data_loaders.append(loader)
+            return loader
         return obj
 
     def _wrap(self, point: ExtensionPoint[Callable[[W], W]], obj: W) -> W:
@@ -87,11 +94,11 @@ class PreparingAPI:
         return obj
 
     def prepare_model(self, model: Any) -> Any:
-        """``model`` on :attr:`device`, its forward under the forward contexts, then wrapped."""
+        """``model`` on the device, its forward under the forward contexts, then wrapped."""
         original = model.to(self.state.device)
         patch_forward(original, self.state)
         wrapped = self._wrap(MODEL_WRAPPER, original)
-        self._models.append((wrapped, original))
+        self.prepared.models.append((wrapped, original))
         return wrapped
 
     def prepare_optimizer(self, optimizer: Any) -> Any:
@@ -104,47 +111,49 @@ class PreparingAPI:
         after = self.state.values(AFTER_STEP)
         chain = build_step(around, after) if around or after else None
         prepared = AcceleratedOptimizer(inner, chain, self.gradient_state, self.state)
-        return self._track("optimizers", prepared)
+        self.prepared.optimizers.append(prepared)
+        return prepared
 
-    def unwrap_model(
-        self, model: Any, keep_fp32_wrapper: bool = True, keep_torch_compile: bool = True
-    ) -> Any:
-        """The model as it was before the handlers' wrappers (DDP, ...) were applied.
+    def prepare_scheduler(self, scheduler: Any) -> Any:
+        """``scheduler`` stepping only when its optimizer really stepped (Accelerate's rules)."""
+        from accelkw_core.runtime.scheduler import AcceleratedScheduler
 
-        With ``keep_fp32_wrapper=False`` its forward no longer runs under the forward contexts.
-        With ``keep_torch_compile=True`` (Accelerate's default) a model that was compiled comes
-        back compiled: the ``torch.compile`` wrapper when it wraps the model itself. When it
-        wraps another wrapper (DDP), the model comes back uncompiled with a warning, where
-        Accelerate rewires the prepared model to skip that wrapper (docs/migrating.md).
-        """
-        for wrapped, original in self._models:
-            if wrapped is model or original is model:
-                if not keep_fp32_wrapper:
-                    unpatch_forward(original)
-                return _compiled_around(wrapped, original) if keep_torch_compile else original
-        # Not prepared here: peel the usual wrappers (DDP, DataParallel, torch.compile).
-        compiled = model if hasattr(model, "_orig_mod") else None
-        while True:
-            inner = getattr(model, "module", None) or getattr(model, "_orig_mod", None)
-            if inner is None:
+        schedulers = self.prepared.schedulers
+        if isinstance(scheduler, AcceleratedScheduler):
+            if scheduler not in schedulers:
+                schedulers.append(scheduler)
+            return scheduler
+        optimizers = self.prepared.optimizers
+        target = getattr(scheduler, "optimizer", None)
+        for opt in optimizers:
+            if target is opt or target is innermost_optimizer(opt):
+                optimizers = [opt]
                 break
-            model = inner
-        return _compiled_around(compiled, model) if keep_torch_compile and compiled else model
+        gradient_state = self.gradient_state
+        prepared = AcceleratedScheduler(
+            scheduler,
+            optimizers,
+            num_processes=self.state.world_size,
+            synced=lambda: bool(gradient_state.sync_gradients),
+            on_unsynced=gradient_state.adjust_scheduler,
+        )
+        schedulers.append(prepared)
+        return prepared
 
+    def free_memory(self, *objects: Any) -> list[Any]:
+        """Forget every prepared object, reset the step, collect garbage, empty the CUDA cache.
 
-def _compiled_around(wrapped: Any, original: Any) -> Any:
-    """``wrapped`` when it is ``torch.compile(original)``; else ``original`` (warned if compiled)."""
-    inner = getattr(wrapped, "_orig_mod", None)
-    if inner is None:
-        return original
-    if inner is original:
-        return wrapped
-    warnings.warn(
-        f"unwrap_model: the compiled model wraps a {type(inner).__name__}, not the model "
-        "itself; returning the uncompiled model (pass keep_torch_compile=False to silence this)",
-        stacklevel=3,
-    )
-    return original
+        Returns one ``None`` per object, so the caller's names can drop them.
+        """
+        import torch
+
+        released: list[Any] = [None] * len(objects)
+        self.prepared.clear()
+        self.gradient_state.step = 0
+        gc.collect()
+        if torch.cuda.is_available():
+            torch.cuda.empty_cache()
+        return released
 
 
 def _is_scheduler(obj: Any) -> bool:

@@ -1,8 +1,9 @@
-"""Which kind of run this is, and the helpers that let processes take turns or share work.
+"""The run's processes: which kind of run this is, and how its processes take turns or share work.
 
 ``DistributedType`` is Accelerate's enum, defined by the core (served from
-``accelkw_core.utils``); ``split_between_processes``, ``goes_first`` and ``on_process`` carry
-Accelerate's semantics for the ``Accelerator`` methods of the same purpose.
+``accelkw_core.utils``); ``split_inputs``, ``goes_first`` and ``on_process`` carry Accelerate's
+semantics for the ``Accelerator`` methods of the same purpose. :class:`Processes` is the
+``Accelerator``'s collaborator for them, and for gathering, reducing, waiting and triggers.
 """
 
 from __future__ import annotations
@@ -14,11 +15,19 @@ from contextlib import contextmanager
 from typing import TYPE_CHECKING, Any
 
 from accelkw_core.errors import ConfigError
+from accelkw_core.runtime import collectives as ops
 
 if TYPE_CHECKING:
     from accelkw_core.runtime.state import AcceleratorState
 
-__all__ = ["DistributedType", "distributed_type", "goes_first", "on_process", "split_inputs"]
+__all__ = [
+    "DistributedType",
+    "Processes",
+    "distributed_type",
+    "goes_first",
+    "on_process",
+    "split_inputs",
+]
 
 
 class DistributedType(str, enum.Enum):
@@ -63,8 +72,6 @@ def distributed_type(state: AcceleratorState) -> DistributedType:
 @contextmanager
 def goes_first(state: AcceleratorState, first: bool) -> Iterator[None]:
     """The block runs on the processes with ``first`` set, then on the others (barriers)."""
-    from accelkw_core.runtime import collectives as ops
-
     if not first:
         ops.barrier(state)
     yield
@@ -131,3 +138,97 @@ def split_inputs(inputs: Any, state: AcceleratorState, apply_padding: bool = Fal
         return share
 
     return cut(inputs)
+
+
+class Processes:
+    """The processes of one run (``state``'s rank and world): collectives, turns, triggers."""
+
+    def __init__(self, state: AcceleratorState) -> None:
+        self.state = state
+        # This process's trigger (a 0-d tensor once set or checked); see set_trigger.
+        self._flag: Any = None
+
+    @property
+    def distributed_type(self) -> DistributedType:
+        """``NO``, ``MULTI_CPU``, ``MULTI_GPU``, ... (Accelerate's ``DistributedType``)."""
+        return distributed_type(self.state)
+
+    @property
+    def use_distributed(self) -> bool:
+        """Whether this run has several processes."""
+        return self.state.distributed and self.distributed_type != DistributedType.NO
+
+    # -- collectives -----------------------------------------------------------------------------
+
+    def gather(self, data: Any) -> Any:
+        """Tensors of every process concatenated on dim 0 (nested lists/tuples/dicts too)."""
+        return ops.gather(data, self.state)
+
+    def reduce(self, tensor: Any, reduction: str = "sum", scale: float = 1.0) -> Any:
+        """The ``reduction`` of ``tensor`` over every process, as a new tensor."""
+        import torch
+
+        if reduction in ops.REDUCTIONS and isinstance(tensor, torch.Tensor):
+            return ops.reduce(tensor, reduction, self.state)
+        from accelkw_core.runtime.operations import reduce
+
+        return reduce(tensor, reduction, scale)
+
+    def barrier(self) -> None:
+        """Block until every process reaches this call."""
+        ops.barrier(self.state)
+
+    def print(self, *args: Any, **kwargs: Any) -> None:
+        """``print`` on the main process only."""
+        if self.state.rank == 0:
+            print(*args, **kwargs)
+
+    # -- triggers --------------------------------------------------------------------------------
+
+    def set_trigger(self) -> None:
+        """Raise this process's trigger."""
+        import torch
+
+        self._flag = torch.tensor(1, device=self.state.device)
+
+    def check_trigger(self) -> bool:
+        """Whether any process raised its trigger since the last check that saw one (lowers them)."""
+        import torch
+
+        flag = self._flag
+        if flag is None:
+            flag = torch.tensor(0, device=self.state.device)
+        if ops.reduce(flag, "sum", self.state).item() >= 1:
+            self._flag = torch.tensor(0, device=self.state.device)
+            return True
+        self._flag = flag
+        return False
+
+    # -- turns and shares ------------------------------------------------------------------------
+
+    @contextmanager
+    def main_process_first(self) -> Iterator[None]:
+        """The main process runs the block first; the others enter once it has left."""
+        with goes_first(self.state, self.state.rank == 0):
+            yield
+
+    @contextmanager
+    def local_main_process_first(self) -> Iterator[None]:
+        """The local main process of each machine runs the block first, then the others."""
+        with goes_first(self.state, self.state.local_rank == 0):
+            yield
+
+    def on_main_process(self, function: Callable[..., Any] | None = None) -> Callable[..., Any]:
+        """``function`` made to run on the main process only (``None`` elsewhere)."""
+        return on_process(function, lambda: self.state.rank == 0, "on_main_process")
+
+    def on_local_main_process(
+        self, function: Callable[..., Any] | None = None
+    ) -> Callable[..., Any]:
+        """``function`` made to run on each machine's local main process only."""
+        return on_process(function, lambda: self.state.local_rank == 0, "on_local_main_process")
+
+    @contextmanager
+    def split_between_processes(self, inputs: Any, apply_padding: bool = False) -> Iterator[Any]:
+        """This process's contiguous share of ``inputs``."""
+        yield split_inputs(inputs, self.state, apply_padding)

@@ -1,7 +1,9 @@
-"""Accelerate's checkpoint API on the ``Accelerator``: ``save_state``, ``load_state``, ``save_model``.
+"""Checkpoints of a run: ``save_state``, ``load_state``, ``save_model`` and what they hold.
 
-With the ``ProjectConfiguration`` that places them (``project_dir``, automatic naming,
-``total_limit``). The files and their guarantees are :mod:`accelkw_core.runtime.checkpoints`'.
+:class:`Checkpoints` is the ``Accelerator``'s collaborator for them, with the
+``ProjectConfiguration`` that places them (``project_dir``, automatic naming, ``total_limit``)
+and the objects registered with ``register_for_checkpointing``. The files and their guarantees
+are :mod:`accelkw_core.runtime.checkpoints`'.
 """
 
 from __future__ import annotations
@@ -32,12 +34,14 @@ from accelkw_core.runtime.checkpoints.project import (
     is_complete,
     numbered_checkpoints,
 )
-from accelkw_core.runtime.checkpoints.save import PendingSave, begin_save
+from accelkw_core.runtime.checkpoints.save import PendingSave, begin_save, model_state_dict
 
 if TYPE_CHECKING:
+    from accelkw_core.runtime.accumulation import GradientState
+    from accelkw_core.runtime.prepared import Prepared
     from accelkw_core.runtime.state import AcceleratorState
 
-__all__ = ["CheckpointAPI", "project_configuration"]
+__all__ = ["Checkpoints", "project_configuration"]
 
 logger = logging.getLogger("accelkw.checkpoint")
 
@@ -73,32 +77,22 @@ def _directory(value: Any, what: str) -> Path:
         ) from None
 
 
-class CheckpointAPI:
-    """``save_state``/``load_state``/``save_model`` and the project folders, as a mixin."""
+class Checkpoints:
+    """Saves and loads what ``prepared`` holds, with ``gradient_state``'s step, where
+    ``project_configuration`` says."""
 
-    state: AcceleratorState
-    _models: list[tuple[Any, Any]]
-    project_configuration: ProjectConfiguration
-
-    if TYPE_CHECKING:
-
-        def _checkpointed(self) -> Checkpointed: ...
-        def get_state_dict(self, model: Any, unwrap: bool = True) -> dict[str, Any]: ...
-
-    @property
-    def project_dir(self) -> str | None:
-        """The project folder (``ProjectConfiguration.project_dir``)."""
-        return self.project_configuration.project_dir
-
-    @property
-    def logging_dir(self) -> str | None:
-        """Where trackers write (``ProjectConfiguration.logging_dir``)."""
-        return self.project_configuration.logging_dir
-
-    @property
-    def save_iteration(self) -> int:
-        """The number the next automatically named checkpoint gets."""
-        return self.project_configuration.iteration
+    def __init__(
+        self,
+        state: AcceleratorState,
+        gradient_state: GradientState,
+        prepared: Prepared,
+        project_configuration: ProjectConfiguration,
+    ) -> None:
+        self.state = state
+        self.gradient_state = gradient_state
+        self.prepared = prepared
+        #: ``Accelerator.project_configuration``.
+        self.project_configuration = project_configuration
 
     def _next_checkpoint(self) -> Path:
         config = self.project_configuration
@@ -125,13 +119,9 @@ class CheckpointAPI:
     def save_state(
         self, output_dir: Any = None, safe_serialization: bool = True, **save_model_func_kwargs: Any
     ) -> Path:
-        """Save models, optimizers, schedulers, registered objects, handlers and random states.
+        """Save the run into ``output_dir`` (or the next automatically named folder); returns it.
 
-        Into ``output_dir``, or, with ``ProjectConfiguration(automatic_checkpoint_naming=True)``,
-        into ``<project_dir>/checkpoints/checkpoint_<iteration>``. Weights go to
-        ``model.safetensors`` (``pytorch_model.bin`` with ``safe_serialization=False``). The
-        folder appears complete or not at all: a save interrupted at any instant leaves the
-        previous checkpoint of that name untouched. Returns the folder.
+        The folder appears complete or not at all (``Accelerator.save_state``).
         """
         config = self.project_configuration
         if config.automatic_checkpoint_naming:
@@ -139,7 +129,7 @@ class CheckpointAPI:
         else:
             folder = _directory(output_dir, "output_dir")
         folder = self._agreed_folder(folder)
-        what = self._checkpointed()
+        what = self.checkpointed()
         weights = (
             []
             if self.state.values(MODEL_CHECKPOINT)
@@ -163,7 +153,8 @@ class CheckpointAPI:
             pending.complete()
             notes = pending.notes
         for note in notes:
-            warnings.warn(f"save_state: {note}", CheckpointWarning, stacklevel=2)
+            # this method, Accelerator.save_state, its caller
+            warnings.warn(f"save_state: {note}", CheckpointWarning, stacklevel=3)
         if config.automatic_checkpoint_naming and not executors:
             if self.state.is_main_process:
                 self._prune()
@@ -187,12 +178,7 @@ class CheckpointAPI:
         return job.notes
 
     def wait_for_checkpoints(self) -> None:
-        """Wait until every checkpoint ``save_state`` handed to a background writer is committed.
-
-        Raises the :class:`~accelkw_core.errors.CheckpointError` of one that failed (the
-        checkpoint saved before it is kept). Without a ``checkpoint_executor`` contribution
-        (``save_state`` commits before it returns) there is nothing to wait for.
-        """
+        """Wait for the ``checkpoint_executor``'s pending saves; raises a failed one's error."""
         for executor in self.state.values(CHECKPOINT_EXECUTOR):
             executor.wait()
 
@@ -217,13 +203,11 @@ class CheckpointAPI:
         input_dir: Any = None,
         load_kwargs: dict[str, Any] | None = None,
         **load_model_func_kwargs: Any,
-    ) -> None:
-        """Load a checkpoint into the prepared objects, and the random states: all or nothing.
+    ) -> int | None:
+        """Load ``input_dir`` (or the newest complete checkpoint) whole or not at all.
 
-        ``input_dir`` is the folder; without it, with automatic checkpoint naming, the newest
-        complete checkpoint under ``<project_dir>/checkpoints``. Every file is checked before
-        anything is changed: a missing, short or damaged file raises
-        :class:`~accelkw_core.errors.CheckpointError` naming it, leaving every object as it was.
+        Returns the step the checkpoint recorded (``None`` when it recorded none), for the
+        caller to set.
         """
         self.wait_for_checkpoints()
         if input_dir is not None:
@@ -240,16 +224,13 @@ class CheckpointAPI:
             )
         folder = self._agreed_folder(folder)
         logger.info("loading the run's state from %s", folder)
-        step = load_checkpoint(
+        return load_checkpoint(
             self.state,
             folder,
-            self._checkpointed(),
+            self.checkpointed(),
             load_kwargs=load_kwargs,
             model_kwargs=load_model_func_kwargs,
         )
-        prop = getattr(type(self), "step", None)
-        if step is not None and isinstance(prop, property) and prop.fset is not None:
-            self.step = step
 
     def _newest_complete(self) -> Path:
         parent = self.project_configuration.checkpoints_dir()
@@ -258,7 +239,9 @@ class CheckpointAPI:
             if is_complete(path):
                 return path
             warnings.warn(
-                f"load_state: skipping {path}, which is incomplete", CheckpointWarning, stacklevel=3
+                f"load_state: skipping {path}, which is incomplete",
+                CheckpointWarning,
+                stacklevel=4,  # this method, load_state, Accelerator.load_state, its caller
             )
         raise CheckpointNotFoundError(parent, "holds no complete checkpoint to load")
 
@@ -269,12 +252,7 @@ class CheckpointAPI:
         max_shard_size: int | str = "10GB",
         safe_serialization: bool = True,
     ) -> None:
-        """Save ``model``'s unwrapped weights for ``from_pretrained``-style loading (main process).
-
-        ``model.safetensors`` (``pytorch_model.bin`` with ``safe_serialization=False``), split
-        into ``model-00001-of-0000N.safetensors`` shards with an index above ``max_shard_size``,
-        as Accelerate. Each file is written under a temporary name and renamed into place.
-        """
+        """Write ``model``'s unwrapped weights in Accelerate's layout, on the main process."""
         folder = _directory(save_directory, "save_directory")
         if folder.is_file():
             raise CheckpointError(folder, "should be a directory, not a file")
@@ -286,4 +264,36 @@ class CheckpointAPI:
             folder,
             max_shard_size=max_shard_size,
             safe_serialization=safe_serialization,
+        )
+
+    def register_for_checkpointing(self, *objects: Any) -> None:
+        """Add ``objects`` to what the run saves and loads, after checking they can be."""
+        invalid = [
+            f"- Item at index {i}, `{type(obj).__name__}`"
+            for i, obj in enumerate(objects)
+            if not (hasattr(obj, "state_dict") and hasattr(obj, "load_state_dict"))
+        ]
+        if invalid:
+            raise ValueError(
+                "All `objects` must include a `state_dict` and `load_state_dict` function to be "
+                "stored. The following inputs are invalid:\n" + "\n".join(invalid)
+            )
+        self.prepared.custom.extend(objects)
+
+    def get_state_dict(self, model: Any, unwrap: bool = True) -> dict[str, Any]:
+        """``model``'s weights (``unwrap``: read without the handlers' wrappers)."""
+        unwrapped = self.prepared.unwrap(model) if unwrap else model
+        return model_state_dict(self.state, model, unwrapped)
+
+    def checkpointed(self) -> Checkpointed:
+        """What a checkpoint of the run holds now."""
+        prepared = self.prepared
+        return Checkpointed(
+            [wrapped for wrapped, _ in prepared.models],
+            prepared.optimizers,
+            prepared.schedulers,
+            prepared.data_loaders,
+            prepared.custom,
+            self.gradient_state.step,
+            unwrapped=[prepared.unwrap(wrapped) for wrapped, _ in prepared.models],
         )

@@ -1,0 +1,687 @@
+"""``Accelerator``: the training-loop API over a state composed from handlers and configuration.
+
+The class holds the run (its settings, composed handlers, state and gradient state) and
+delegates each part of Accelerate's API to a collaborator of the runtime with one job, as
+Lightning's Fabric delegates to its strategy and precision: :class:`Preparation` (``prepare``),
+:class:`Stepping` (``autocast``, ``backward``, ``accumulate``, clipping), :class:`Checkpoints`,
+:class:`Trackers`, :class:`DataLoading`, :class:`Processes`, :class:`Profiling` and
+:class:`Extras`, which share one record of what was prepared (:class:`Prepared`). None of them
+knows the ``Accelerator``.
+
+Nothing here imports torch at module import time; every method that needs it imports it.
+"""
+
+from __future__ import annotations
+
+import atexit
+import os
+import warnings
+import weakref
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from contextlib import AbstractContextManager
+from pathlib import Path
+from types import TracebackType
+from typing import TYPE_CHECKING, Any, TypeVar
+
+from accelkw_core.config.settings import Settings, resolve_settings
+from accelkw_core.discovery.default_registry import get_registry
+from accelkw_core.discovery.registry import Registry
+from accelkw_core.logs import configure_from_env
+from accelkw_core.runtime.accumulation import GradientState
+from accelkw_core.runtime.checkpoints.project import ProjectConfiguration
+from accelkw_core.runtime.composition import compose
+from accelkw_core.runtime.data import DataLoading, dataloader_configuration
+from accelkw_core.runtime.dataloader_config import DataLoaderConfiguration
+from accelkw_core.runtime.extras import Extras
+from accelkw_core.runtime.gaps import gaps_of_run, live_capabilities, warn_gaps
+from accelkw_core.runtime.keywords import handlers_from_keywords
+from accelkw_core.runtime.prepared import Prepared
+from accelkw_core.runtime.preparing import Preparation
+from accelkw_core.runtime.processes import DistributedType, Processes
+from accelkw_core.runtime.profiling import Profiling
+from accelkw_core.runtime.saving import Checkpoints, project_configuration
+from accelkw_core.runtime.state import AcceleratorState
+from accelkw_core.runtime.stepping import Stepping
+from accelkw_core.runtime.trackers import Trackers
+from accelkw_core.tracking.selection import LogWith, filter_trackers
+
+if TYPE_CHECKING:
+    import torch
+
+    from accelkw_core.contract.handler import KwargsHandler
+    from accelkw_core.contract.tracker import GeneralTracker
+
+__all__ = ["Accelerator"]
+
+T = TypeVar("T")
+
+
+class Accelerator:
+    """Compose the installed handlers, the config and the code's handlers into one run.
+
+    ``mixed_precision`` (``"no"``, ``"fp16"``, ``"bf16"``) and ``cpu`` left at ``None`` come from
+    ``ACCELKW_MIXED_PRECISION``/``ACCELKW_CPU``, then the config file, then ``"no"``/``False``.
+    ``kwargs_handlers`` are handler instances; their explicit fields win over the environment
+    and the config (``config``: a path; otherwise ``ACCELKW_CONFIG``, ``./accelkw.toml`` or
+    ``./pyproject.toml [tool.accelkw]``). Every other enabled installed handler is applied with
+    its configured or default values. ``registry`` replaces the process-wide plugin registry.
+    ``project_dir``/``project_config`` (a :class:`ProjectConfiguration`) place checkpoints and
+    logs, as in Accelerate. ``dataloader_config`` (a :class:`DataLoaderConfiguration`) says how
+    prepared data loaders shard. ``log_with`` names installed trackers (``"tensorboard"``, a list,
+    ``"all"``) or passes ``GeneralTracker`` instances; see :meth:`init_trackers`.
+
+    Other keywords are Accelerate's (``gradient_accumulation_steps=4``, ``fsdp_plugin=...``,
+    ``dynamo_backend="inductor"``): each is taken by the installed handler that claims it
+    (``accelerator_keywords``), and one no handler claims names the distribution to install.
+
+    Use it as a context manager, or call :meth:`end_training`, to run every teardown once
+    (a process group a handler created is destroyed).
+    """
+
+    def __init__(
+        self,
+        mixed_precision: str | None = None,
+        cpu: bool | None = None,
+        kwargs_handlers: Sequence[KwargsHandler] | None = None,
+        config: str | os.PathLike[str] | None = None,
+        *,
+        project_dir: str | os.PathLike[str] | None = None,
+        project_config: ProjectConfiguration | None = None,
+        log_with: LogWith = None,
+        dataloader_config: DataLoaderConfiguration | None = None,
+        registry: Registry | None = None,
+        **keywords: Any,
+    ) -> None:
+        configure_from_env()
+        project = project_configuration(project_dir, project_config)
+        loaders_config = dataloader_configuration(dataloader_config)
+        registry = registry if registry is not None else get_registry()
+        # Resolved before anything is composed, so a tracker name nobody installed fails first.
+        chosen = filter_trackers(log_with, project.logging_dir, registry)
+        handlers = list(kwargs_handlers or ())
+        if keywords:
+            handlers += handlers_from_keywords(keywords, handlers, registry.handlers())
+        self.settings: Settings = resolve_settings(
+            handlers,
+            mixed_precision=mixed_precision,
+            cpu=cpu,
+            config=config,
+            registry=registry,
+        )
+        state = AcceleratorState.from_env(
+            mixed_precision=self.settings.mixed_precision, cpu=self.settings.cpu
+        )
+        if self.settings.config.path is not None:
+            state.record("config", f"settings read from {self.settings.config.label}")
+        for note in self.settings.notes:
+            state.record("config", note)
+        self.handlers: list[KwargsHandler] = compose(
+            state, registry=registry, settings=self.settings
+        )
+        self.state = state
+        progress = _loader_progress()
+        self.gradient_state = GradientState.from_state(state, progress)
+        # The collaborators: each is handed what it works on, and none knows the Accelerator.
+        prepared = Prepared()
+        self._prepared = prepared
+        self._data = DataLoading(state, progress, loaders_config)
+        self._preparation = Preparation(state, self.gradient_state, prepared, self._data)
+        self._stepping = Stepping(state, self.gradient_state, prepared)
+        self._checkpoints = Checkpoints(state, self.gradient_state, prepared, project)
+        self._trackers = Trackers(state, chosen, registry)
+        self._processes = Processes(state)
+        self._profiling = Profiling(state)
+        self._extras = Extras(state)
+        self._ended = False
+        # An Accelerator nobody ended still undoes its handlers (a process group) once, at exit.
+        self._atexit = _teardown_at_exit(self)
+        try:
+            gaps = gaps_of_run(state, live_capabilities(state), registry, self.settings.disabled)
+            warn_gaps(state, gaps)
+        except BaseException:
+            self.end_training()
+            raise
+
+    # -- facts ---------------------------------------------------------------------------------
+
+    @property
+    def device(self) -> torch.device:
+        """The device of this process (``cpu``, or ``cuda:LOCAL_RANK``)."""
+        return self.state.device
+
+    @property
+    def mixed_precision(self) -> str:
+        return self.state.mixed_precision
+
+    @property
+    def process_index(self) -> int:
+        """The global rank of this process."""
+        return self.state.rank
+
+    @property
+    def local_process_index(self) -> int:
+        """The rank of this process on its machine."""
+        return self.state.local_rank
+
+    @property
+    def num_processes(self) -> int:
+        """The world size."""
+        return self.state.world_size
+
+    @property
+    def is_main_process(self) -> bool:
+        """Whether this is global rank 0."""
+        return self.state.rank == 0
+
+    @property
+    def is_local_main_process(self) -> bool:
+        """Whether this is rank 0 on its machine."""
+        return self.state.local_rank == 0
+
+    @property
+    def distributed_type(self) -> DistributedType:
+        """``NO``, ``MULTI_CPU``, ``MULTI_GPU``, ... (Accelerate's ``DistributedType``)."""
+        return self._processes.distributed_type
+
+    @property
+    def use_distributed(self) -> bool:
+        """Whether this run has several processes (Accelerate's ``use_distributed``)."""
+        return self._processes.use_distributed
+
+    # -- preparing (Preparation) -----------------------------------------------------------------
+
+    def prepare(self, *objects: Any) -> Any:
+        """Prepare models, optimizers and data loaders for this run; other objects pass through.
+
+        Models move to :attr:`device`, their forward runs under the ``forward_context``
+        contributions (autocast), and they pass through each ``model_wrapper`` in order (DDP);
+        optimizers pass through each ``optimizer_wrapper`` and step through the ``around_step``
+        and ``after_step`` contributions; data loaders are sharded across processes. Returns one object for one argument, else a tuple
+        in the order given.
+        """
+        return self._preparation.prepare(*objects)
+
+    def prepare_model(self, model: Any) -> Any:
+        """``model`` on :attr:`device`, its forward under the forward contexts, then wrapped."""
+        return self._preparation.prepare_model(model)
+
+    def prepare_optimizer(self, optimizer: Any) -> Any:
+        """``optimizer`` through every optimizer wrapper, stepping through the step chain."""
+        return self._preparation.prepare_optimizer(optimizer)
+
+    def prepare_scheduler(self, scheduler: Any) -> Any:
+        """``scheduler`` stepping only when its optimizer really stepped (Accelerate's rules)."""
+        return self._preparation.prepare_scheduler(scheduler)
+
+    def unwrap_model(
+        self, model: Any, keep_fp32_wrapper: bool = True, keep_torch_compile: bool = True
+    ) -> Any:
+        """The model as it was before the handlers' wrappers (DDP, ...) were applied.
+
+        With ``keep_fp32_wrapper=False`` its forward no longer runs under the forward contexts.
+        With ``keep_torch_compile=True`` (Accelerate's default) a model that was compiled comes
+        back compiled: the ``torch.compile`` wrapper when it wraps the model itself. When it
+        wraps another wrapper (DDP), the model comes back uncompiled with a warning, where
+        Accelerate rewires the prepared model to skip that wrapper (docs/migrating.md).
+        """
+        return self._prepared.unwrap(model, keep_fp32_wrapper, keep_torch_compile)
+
+    def free_memory(self, *objects: Any) -> list[Any]:
+        """Forget every prepared object, collect garbage, empty the CUDA cache; returns ``None``s.
+
+        Call it between two trainings with different models; ``objects`` come back as ``None``
+        so ``model, optimizer = accelerator.free_memory(model, optimizer)`` drops them.
+        """
+        return self._preparation.free_memory(*objects)
+
+    def clear(self, *objects: Any) -> list[Any]:
+        """Alias of :meth:`free_memory`."""
+        return self.free_memory(*objects)
+
+    # -- the step (Stepping) ---------------------------------------------------------------------
+
+    def autocast(self, autocast_handler: Any = None) -> AbstractContextManager[Any]:
+        """The forward contexts (autocast) around a block; nothing to enter when none applies.
+
+        ``autocast_handler`` (a handler such as ``AutocastKwargs(enabled=False)``) replaces
+        them for this block: its plan on this run's facts gives the contexts to enter.
+        """
+        return self._stepping.autocast(autocast_handler)
+
+    def backward(self, loss: Any, **kwargs: Any) -> None:
+        """``loss.backward(**kwargs)``, or the ``backward`` contribution (loss scaling).
+
+        The loss is divided by :attr:`gradient_accumulation_steps` first, as in Accelerate,
+        then passed through every ``loss`` contribution in composition order (observers and
+        transforms, on every rank), then backpropagated.
+        """
+        self._stepping.backward(loss, **kwargs)
+
+    @property
+    def sync_gradients(self) -> bool:
+        """Whether this micro-step syncs gradients and steps the optimizer."""
+        return self._stepping.sync_gradients
+
+    @sync_gradients.setter
+    def sync_gradients(self, value: bool) -> None:
+        self._stepping.sync_gradients = value
+
+    @property
+    def gradient_accumulation_steps(self) -> int:
+        """Micro-steps per optimizer step (1 without an accumulation policy)."""
+        return self._stepping.gradient_accumulation_steps
+
+    @gradient_accumulation_steps.setter
+    def gradient_accumulation_steps(self, value: int) -> None:
+        self._stepping.gradient_accumulation_steps = value
+
+    @property
+    def step(self) -> int:
+        """The micro-step counter ``accumulate()`` advances (Accelerate's ``accelerator.step``)."""
+        return self._stepping.step
+
+    @step.setter
+    def step(self, value: int) -> None:
+        self._stepping.step = value
+
+    def no_sync(self, model: Any) -> AbstractContextManager[None]:
+        """Hold back gradient synchronisation of ``model`` (a prepared model) in the block.
+
+        Enters the ``no_sync`` contribution; without one, the model's own ``no_sync()`` when
+        the run is distributed (DDP), else nothing, as Accelerate does.
+        """
+        return self._stepping.no_sync(model)
+
+    def accumulate(self, *models: Any) -> AbstractContextManager[None]:
+        """One micro-step of gradient accumulation.
+
+        Sets :attr:`sync_gradients` from the accumulation policy (every
+        ``gradient_accumulation_steps``-th micro-step, and the last batch of a prepared data
+        loader, sync); on the others, ``models`` hold back gradient synchronisation and the
+        prepared optimizers' ``step()`` and ``zero_grad()`` do nothing.
+        """
+        return self._stepping.accumulate(*models)
+
+    def unscale_gradients(self, optimizer: Any = None) -> None:
+        """Divide the gradients of ``optimizer`` (default: every prepared one) by the loss scale.
+
+        Through the ``unscale_gradients`` contribution; nothing happens when no handler scales
+        losses.
+        """
+        self._stepping.unscale_gradients(optimizer)
+
+    def clip_grad_norm_(
+        self, parameters: Iterable[Any], max_norm: float, norm_type: float = 2
+    ) -> Any:
+        """``torch.nn.utils.clip_grad_norm_`` after unscaling; returns the total norm."""
+        return self._stepping.clip_grad_norm_(parameters, max_norm, norm_type)
+
+    def clip_grad_value_(self, parameters: Iterable[Any], clip_value: float) -> None:
+        """``torch.nn.utils.clip_grad_value_`` after unscaling."""
+        self._stepping.clip_grad_value_(parameters, clip_value)
+
+    # -- what handlers contribute (Extras) and the profiler (Profiling) --------------------------
+
+    @property
+    def scaler(self) -> torch.amp.GradScaler | None:
+        """The gradient scaler a handler contributes (Accelerate's ``accelerator.scaler``)."""
+        return self._extras.scaler
+
+    @property
+    def extras(self) -> Mapping[str, object]:
+        """What handlers contribute to the ``attribute`` point, by name (read-only).
+
+        A plugin exports a typed accessor over it (``accelkw_ema.ema_of(accelerator)``), or
+        code reads it with :meth:`extra`, so a type checker knows what it gets.
+        """
+        return self._extras.extras
+
+    def extra(self, name: str, kind: type[T]) -> T:
+        """The object a handler contributed as ``name``, checked to be a ``kind``.
+
+        Raises :class:`~accelkw_core.errors.AccelkwError` naming the installed contributions
+        when there is none of that name, and ``TypeError`` when it is not a ``kind``.
+        """
+        return self._extras.extra(name, kind)
+
+    def profile(self, profile_handler: Any = None) -> AbstractContextManager[Any]:
+        """Profile the block; yields the profiler (call ``.step()`` once per training step).
+
+        ``profile_handler`` replaces the configured profiler for this block. With no profiler
+        configured the block runs unprofiled, with a warning, and ``step()`` does nothing.
+        """
+        return self._profiling.profile(profile_handler)
+
+    # -- data loaders (DataLoading; Accelerate reads these from ``dataloader_config``) -----------
+
+    @property
+    def dataloader_config(self) -> DataLoaderConfiguration:
+        """How prepared data loaders shard (``Accelerator(dataloader_config=...)``)."""
+        return self._data.config
+
+    @dataloader_config.setter
+    def dataloader_config(self, value: DataLoaderConfiguration) -> None:
+        self._data.config = value
+
+    @property
+    def split_batches(self) -> bool:
+        return self._data.split_batches
+
+    @property
+    def dispatch_batches(self) -> bool | None:
+        return self._data.dispatch_batches
+
+    @property
+    def even_batches(self) -> bool:
+        return self._data.even_batches
+
+    @even_batches.setter
+    def even_batches(self, value: bool) -> None:
+        self._data.even_batches = value
+
+    @property
+    def use_seedable_sampler(self) -> bool:
+        return self._data.use_seedable_sampler
+
+    @property
+    def non_blocking(self) -> bool:
+        return self._data.non_blocking
+
+    @property
+    def use_stateful_dataloader(self) -> bool:
+        return self._data.use_stateful_dataloader
+
+    def skip_first_batches(self, dataloader: Any, num_batches: int = 0) -> Any:
+        """``dataloader`` without its first ``num_batches`` batches (to resume mid-epoch)."""
+        return self._data.skip_first_batches(dataloader, num_batches)
+
+    def gather_for_metrics(self, input_data: Any, use_gather_object: bool = False) -> Any:
+        """Gather ``input_data`` from every process, without the samples repeated at the end.
+
+        On the last batch of a prepared data loader, the samples added to complete the last
+        round are dropped, so each sample counts once. Anything that is not a tensor (or a
+        nested list/tuple/dict of tensors), or ``use_gather_object=True``, is gathered as
+        Python objects into one list.
+        """
+        return self._data.gather_for_metrics(input_data, use_gather_object)
+
+    # -- processes (Processes) -------------------------------------------------------------------
+
+    def gather(self, data: Any) -> Any:
+        """Tensors of every process concatenated on dim 0 (nested lists/tuples/dicts too)."""
+        return self._processes.gather(data)
+
+    def reduce(self, tensor: Any, reduction: str = "sum", scale: float = 1.0) -> Any:
+        """The ``"sum"``, ``"mean"`` or ``"max"`` of ``tensor`` over every process, as a new tensor.
+
+        Nested lists, tuples and dicts of tensors are reduced leaf by leaf; ``scale`` applies
+        on XLA only, as in Accelerate (accelkw does not run on XLA).
+        """
+        return self._processes.reduce(tensor, reduction, scale)
+
+    def wait_for_everyone(self) -> None:
+        """Block until every process reaches this call (and this process's saves are committed)."""
+        self._checkpoints.wait_for_checkpoints()
+        self._processes.barrier()
+
+    def print(self, *args: Any, **kwargs: Any) -> None:
+        """``print`` on the main process only."""
+        self._processes.print(*args, **kwargs)
+
+    def set_trigger(self) -> None:
+        """Raise this process's trigger; :meth:`check_trigger` then sees it on every process."""
+        self._processes.set_trigger()
+
+    def check_trigger(self) -> bool:
+        """Whether any process called :meth:`set_trigger` since the last check that saw one.
+
+        Every process must call it (it sums the triggers across processes); when one was set,
+        every process gets ``True`` and the triggers are lowered.
+        """
+        return self._processes.check_trigger()
+
+    def main_process_first(self) -> AbstractContextManager[None]:
+        """The main process runs the block first; the others enter once it has left."""
+        return self._processes.main_process_first()
+
+    def local_main_process_first(self) -> AbstractContextManager[None]:
+        """The local main process of each machine runs the block first, then the others."""
+        return self._processes.local_main_process_first()
+
+    def on_main_process(self, function: Callable[..., Any] | None = None) -> Callable[..., Any]:
+        """Decorate ``function`` to run on the main process only (``None`` elsewhere)."""
+        return self._processes.on_main_process(function)
+
+    def on_local_main_process(
+        self, function: Callable[..., Any] | None = None
+    ) -> Callable[..., Any]:
+        """Decorate ``function`` to run on each machine's local main process only."""
+        return self._processes.on_local_main_process(function)
+
+    def split_between_processes(
+        self, inputs: Any, apply_padding: bool = False
+    ) -> AbstractContextManager[Any]:
+        """This process's contiguous share of ``inputs`` (list, tuple, tensor or dict of them).
+
+        With ``apply_padding`` every share has the same length (the last element repeated).
+        """
+        return self._processes.split_between_processes(inputs, apply_padding)
+
+    # -- checkpoints (Checkpoints) ---------------------------------------------------------------
+
+    @property
+    def project_configuration(self) -> ProjectConfiguration:
+        """Where checkpoints and logs go (``Accelerator(project_dir=, project_config=)``)."""
+        return self._checkpoints.project_configuration
+
+    @project_configuration.setter
+    def project_configuration(self, value: ProjectConfiguration) -> None:
+        self._checkpoints.project_configuration = value
+
+    @property
+    def project_dir(self) -> str | None:
+        """The project folder (``ProjectConfiguration.project_dir``)."""
+        return self.project_configuration.project_dir
+
+    @property
+    def logging_dir(self) -> str | None:
+        """Where trackers write (``ProjectConfiguration.logging_dir``)."""
+        return self.project_configuration.logging_dir
+
+    @property
+    def save_iteration(self) -> int:
+        """The number the next automatically named checkpoint gets."""
+        return self.project_configuration.iteration
+
+    def save_state(
+        self, output_dir: Any = None, safe_serialization: bool = True, **save_model_func_kwargs: Any
+    ) -> Path:
+        """Save models, optimizers, schedulers, registered objects, handlers and random states.
+
+        Into ``output_dir``, or, with ``ProjectConfiguration(automatic_checkpoint_naming=True)``,
+        into ``<project_dir>/checkpoints/checkpoint_<iteration>``. Weights go to
+        ``model.safetensors`` (``pytorch_model.bin`` with ``safe_serialization=False``). The
+        folder appears complete or not at all: a save interrupted at any instant leaves the
+        previous checkpoint of that name untouched. Returns the folder.
+        """
+        return self._checkpoints.save_state(
+            output_dir, safe_serialization, **save_model_func_kwargs
+        )
+
+    def load_state(
+        self,
+        input_dir: Any = None,
+        load_kwargs: dict[str, Any] | None = None,
+        **load_model_func_kwargs: Any,
+    ) -> None:
+        """Load a checkpoint into the prepared objects, and the random states: all or nothing.
+
+        ``input_dir`` is the folder; without it, with automatic checkpoint naming, the newest
+        complete checkpoint under ``<project_dir>/checkpoints``. Every file is checked before
+        anything is changed: a missing, short or damaged file raises
+        :class:`~accelkw_core.errors.CheckpointError` naming it, leaving every object as it was.
+        """
+        step = self._checkpoints.load_state(input_dir, load_kwargs, **load_model_func_kwargs)
+        if step is not None:
+            self._stepping.step = step
+
+    def wait_for_checkpoints(self) -> None:
+        """Wait until every checkpoint ``save_state`` handed to a background writer is committed.
+
+        Raises the :class:`~accelkw_core.errors.CheckpointError` of one that failed (the
+        checkpoint saved before it is kept). Without a ``checkpoint_executor`` contribution
+        (``save_state`` commits before it returns) there is nothing to wait for.
+        """
+        self._checkpoints.wait_for_checkpoints()
+
+    def save_model(
+        self,
+        model: Any,
+        save_directory: Any,
+        max_shard_size: int | str = "10GB",
+        safe_serialization: bool = True,
+    ) -> None:
+        """Save ``model``'s unwrapped weights for ``from_pretrained``-style loading (main process).
+
+        ``model.safetensors`` (``pytorch_model.bin`` with ``safe_serialization=False``), split
+        into ``model-00001-of-0000N.safetensors`` shards with an index above ``max_shard_size``,
+        as Accelerate. Each file is written under a temporary name and renamed into place.
+        """
+        self._checkpoints.save_model(model, save_directory, max_shard_size, safe_serialization)
+
+    def register_for_checkpointing(self, *objects: Any) -> None:
+        """Save and load ``objects`` (each with ``state_dict``/``load_state_dict``) with the run."""
+        self._checkpoints.register_for_checkpointing(*objects)
+
+    def get_state_dict(self, model: Any, unwrap: bool = True) -> dict[str, Any]:
+        """``model``'s weights: through the ``model_state`` contribution, else its state_dict.
+
+        ``unwrap=True`` reads the model without the handlers' wrappers (no ``module.`` prefix).
+        """
+        return self._checkpoints.get_state_dict(model, unwrap)
+
+    # -- trackers (Trackers) ---------------------------------------------------------------------
+
+    @property
+    def log_with(self) -> list[str | GeneralTracker]:
+        """What ``log_with`` resolved to: installed tracker names and tracker instances."""
+        return self._trackers.log_with
+
+    @log_with.setter
+    def log_with(self, value: list[str | GeneralTracker]) -> None:
+        self._trackers.log_with = value
+
+    @property
+    def trackers(self) -> list[GeneralTracker]:
+        """The trackers ``init_trackers`` started, in ``log_with``'s order."""
+        return self._trackers.trackers
+
+    @trackers.setter
+    def trackers(self, value: list[GeneralTracker]) -> None:
+        self._trackers.trackers = value
+
+    def init_trackers(
+        self,
+        project_name: str,
+        config: dict[str, Any] | None = None,
+        init_kwargs: Mapping[str, Mapping[str, Any]] | None = None,
+    ) -> None:
+        """Start a run named ``project_name`` in every tracker of ``log_with``.
+
+        ``config`` is stored as the run's hyperparameters; ``init_kwargs`` maps a tracker's
+        name to the keyword arguments its constructor takes (``{"tensorboard":
+        {"flush_secs": 60}}``). Tracker instances passed to ``log_with`` are started as they are.
+        Only the main process starts trackers (Accelerate's semantics).
+        """
+        self._trackers.init_trackers(
+            project_name, config, init_kwargs, logging_dir=self.logging_dir
+        )
+
+    def get_tracker(self, name: str, unwrap: bool = False) -> Any:
+        """The started tracker called ``name`` (its underlying run or writer with ``unwrap``).
+
+        Before ``init_trackers`` (or with no tracker) it is a blank ``GeneralTracker``, whose
+        methods do nothing, as in Accelerate; a name no started tracker has is a ``ValueError``.
+        """
+        return self._trackers.get_tracker(name, unwrap)
+
+    def log(
+        self,
+        values: dict[str, Any],
+        step: int | None = None,
+        log_kwargs: Mapping[str, Mapping[str, Any]] | None = None,
+    ) -> None:
+        """Write ``values`` at ``step`` to every started tracker.
+
+        ``log_kwargs`` maps a tracker's name to extra keyword arguments for its ``log``. Only
+        the main process logs (the others have no started tracker).
+        """
+        self._trackers.log(values, step, log_kwargs)
+
+    # -- shutdown ------------------------------------------------------------------------------
+
+    def end_training(self) -> None:
+        """Finish the trackers, then run every handler's teardown in reverse order, once.
+
+        Later calls do nothing. A tracker whose ``finish`` raises does not stop the others or
+        the teardowns; the first such error is raised once they have run, as Accelerate
+        raises it.
+        """
+        if self._ended:
+            return
+        self._ended = True
+        atexit.unregister(self._atexit)
+        # Pending saves first: a teardown may destroy the process group they agree on.
+        saving_failure: BaseException | None = None
+        try:
+            self._checkpoints.wait_for_checkpoints()
+        except Exception as failed:
+            saving_failure = failed
+        tracker_failures = self._trackers.finish()
+        for name, exc in self.state.run_teardowns():
+            warnings.warn(
+                f"teardown of handler {name!r} failed: {type(exc).__name__}: {exc}", stacklevel=2
+            )
+        if saving_failure is not None:
+            raise saving_failure
+        if tracker_failures:
+            raise tracker_failures[0][1]
+
+    def __enter__(self) -> Accelerator:
+        return self
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        self.end_training()
+
+    def __repr__(self) -> str:
+        names = ", ".join(self.state.handlers) or "none"
+        return (
+            f"Accelerator(rank {self.state.rank}/{self.state.world_size}, "
+            f"device {self.state.device_type}, mixed_precision={self.state.mixed_precision!r}, "
+            f"handlers: {names})"
+        )
+
+
+def _loader_progress() -> Any:
+    # The data loader module imports torch; the Accelerator's module does not.
+    from accelkw_core.runtime.data_loader import LoaderProgress
+
+    return LoaderProgress()
+
+
+def _teardown_at_exit(accelerator: Accelerator) -> Any:
+    # A weak reference: registering must not keep the Accelerator (and its models) alive.
+    ref = weakref.ref(accelerator)
+
+    def run() -> None:
+        live = ref()
+        if live is not None:
+            live.end_training()
+
+    atexit.register(run)
+    return run
