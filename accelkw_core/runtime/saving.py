@@ -163,7 +163,7 @@ class Checkpoints:
         return folder
 
     def _submit(
-        self, executor: CheckpointExecutor, folder: Path, begin: Callable[[], PendingSave]
+        self, executor: CheckpointExecutor, folder: Path, begin: Callable[..., PendingSave]
     ) -> list[str]:
         """Hand the save to the ``checkpoint_executor``: staged now, committed where it says;
         the notes of the staging."""
