@@ -5,10 +5,11 @@ public calls one of Accelerate 1.15's example scripts relies on (its docstring n
 example: ``pairs.py`` for ``nlp_example``, ``checkpoint_resume.py`` for ``checkpointing``, ...),
 on the synthetic data and tiny models of ``feature_scripts/toolkit.py``. Under accelkw each script
 first goes through ``accelkw_core.tools.porting.port_imports``, which changes its ``accelerate``
-imports and nothing else. All run on one CPU process and on two (torchrun, gloo), one launch per
-framework (each script in a fork of a process that imported torch once); what every process
-prints and the final weights of every model each script built must be equal, bit for bit, or
-differ as a row of the table in docs/migrating.md says.
+imports and nothing else. All run on one CPU process and on two (torchrun, gloo), one launch for
+both frameworks (each framework imported in a fork of a process that imported torch once, each
+script in a fork of that); what every process prints and the final weights of every model each
+script built must be equal, bit for bit, or differ as a row of the table in docs/migrating.md
+says.
 """
 
 from __future__ import annotations
@@ -79,23 +80,27 @@ def _printed(spec: str, stdout: str) -> str:
     return "\n".join(line for line in stdout.splitlines() if line.startswith("epoch"))
 
 
-def _run(framework: str, nproc: int, tmp_path: Path, specs: list[str]) -> list[dict[str, Any]]:
-    """Every script of ``specs`` under ``framework`` on ``nproc`` processes: what each rank saw."""
-    out = tmp_path / f"{framework}-{nproc}"
+FRAMEWORKS = ("accelerate", "accelkw")
+
+
+def _run(nproc: int, tmp_path: Path, specs: list[str]) -> dict[str, list[dict[str, Any]]]:
+    """Every script of ``specs`` under each framework on ``nproc`` processes, in one launch:
+    what each rank saw, by framework."""
+    out = tmp_path / f"run-{nproc}"
     launcher = [sys.executable]
-    command = [str(SCRIPTS_DIR / "run_scripts.py"), "--framework", framework]
+    command = [str(SCRIPTS_DIR / "run_scripts.py"), "--frameworks", ",".join(FRAMEWORKS)]
     command += ["--out", str(out), "--work", str(out / "work")]
-    given = {spec.replace("{out}", str(out / "files")): spec for spec in specs}
     if nproc > 1:
         launcher += ["-m", "torch.distributed.run", f"--nproc_per_node={nproc}"]
         launcher += ["--master_addr=127.0.0.1", f"--master_port={free_port()}"]
-        command += ["--ports", ",".join(str(free_port()) for _ in given)]
+        ports = [str(free_port()) for _ in range(len(specs) * len(FRAMEWORKS))]
+        command += ["--ports", ",".join(ports)]
     # Accelerate's MLflow tracker uses MLflow's file store, which MLflow 3 allows only so.
     env = dict(
         os.environ, ACCELKW_PLUGINS=PLUGINS, OMP_NUM_THREADS="1", MLFLOW_ALLOW_FILE_STORE="true"
     )
     proc = subprocess.run(
-        launcher + command + list(given),
+        launcher + command + specs,
         env=env,
         cwd=tmp_path,  # what a script leaves in its working folder (MLflow's mlflow.db) stays there
         capture_output=True,
@@ -104,8 +109,12 @@ def _run(framework: str, nproc: int, tmp_path: Path, specs: list[str]) -> list[d
         check=False,
     )
     assert proc.returncode == 0, proc.stderr[-6000:]
-    ranks = [json.loads((out / f"rank{r}.json").read_text()) for r in range(nproc)]
-    return [{given[spec]: seen for spec, seen in rank.items()} for rank in ranks]
+    return {
+        framework: [
+            json.loads((out / framework / f"rank{r}.json").read_text()) for r in range(nproc)
+        ]
+        for framework in FRAMEWORKS
+    }
 
 
 @pytest.mark.parametrize("script", SCRIPTS)
@@ -141,8 +150,8 @@ def test_the_feature_scripts_print_and_train_alike(
     whole = _spec("checkpoint_resume", SCRIPTS["checkpoint_resume"])
     resumed = [f"{whole},{args}" for args in RESUMED]
     specs += resumed
-    ref = _run("accelerate", nproc, tmp_path, specs)
-    ours = _run("accelkw", nproc, tmp_path, specs)
+    seen = _run(nproc, tmp_path, specs)
+    ref, ours = seen["accelerate"], seen["accelkw"]
     for rank, (r, o) in enumerate(zip(ref, ours, strict=True)):
         for spec in resumed:
             lines = o[spec]["stdout"].splitlines()  # empty on every rank but the first
