@@ -2,12 +2,14 @@
 
 Real SIGKILLs of real processes (one, and two over gloo) while the background thread writes,
 agrees or commits, and (FSDP2) inside DCP's ``async_save`` writes; a full disk injected at the
-write layer (``durable.open_new``), raised at the next call; resumes compared bit for bit; the
+write layer (``durable.open_new``) and a folder made unwritable under the writer (a real
+``EACCES``), each raised at the next call; resumes compared bit for bit; the
 files compared with a synchronous save's.
 """
 
 from __future__ import annotations
 
+import os
 import signal
 from pathlib import Path
 from typing import Any
@@ -134,6 +136,64 @@ def test_a_background_failure_is_raised_at_the_next_call_and_the_last_checkpoint
     assert sorted(p.name for p in tmp_path.iterdir()) == ["ckpt"]  # no temporary, no "other"
     acc.wait_for_checkpoints()  # raised once
     acc.load_state(tmp_path / "ckpt")
+    acc.end_training()
+
+
+def test_a_folder_made_unwritable_under_a_background_save_is_raised_at_the_next_call(
+    tmp_path: Path,
+) -> None:
+    # A real EACCES from the file system: the save's temporary folder turns read-only as the
+    # background thread opens its first file. As root, the saves run as nobody, whose
+    # permissions bind (after a first save as root, so nothing is left to import from root's
+    # folders).
+    place = tmp_path / "shared"
+    place.mkdir()
+    acc = make_async()
+    objects = trained(acc)
+    acc.save_state(tmp_path / "warm")
+    acc.wait_for_checkpoints()
+    real_open = durable.open_new
+    locked: list[Path] = []
+
+    def open_new(path: Path) -> Any:
+        if not locked:
+            locked.append(path.parent)
+            os.chmod(path.parent, 0o555)
+        return real_open(path)
+
+    as_root = os.geteuid() == 0
+    if as_root:
+        for folder in (tmp_path, *tmp_path.parents):
+            if folder != Path("/"):
+                os.chmod(folder, os.stat(folder).st_mode | 0o011)  # others may pass through
+        os.chown(place, 65534, 65534)
+    try:
+        if as_root:
+            os.seteuid(65534)
+        acc.save_state(place / "ckpt")
+        acc.wait_for_checkpoints()
+        kept = read_manifest(place / "ckpt")
+        step(acc, *objects[:3])
+        durable.open_new = open_new  # type: ignore[assignment]
+        acc.save_state(place / "ckpt")  # staged: the failure comes from the thread
+        with pytest.raises(CheckpointError) as caught:
+            acc.wait_for_everyone()
+    finally:
+        durable.open_new = real_open
+        if as_root:
+            os.seteuid(0)
+        for folder in locked:
+            if folder.exists():
+                os.chmod(folder, 0o755)
+    message = str(caught.value)
+    assert "\n" not in message and "ckpt was not saved" in message
+    assert "cannot be saved" in message and "Permission denied" in message  # names the file
+    assert read_manifest(place / "ckpt") == kept
+    acc.wait_for_checkpoints()  # raised once
+    acc.load_state(place / "ckpt")  # the last good checkpoint, whole
+    acc.save_state(place / "ckpt")  # writable again: the next save commits
+    acc.wait_for_checkpoints()
+    assert sorted(p.name for p in place.iterdir()) == ["ckpt"]  # no temporary, no lock
     acc.end_training()
 
 
