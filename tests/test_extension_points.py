@@ -140,6 +140,15 @@ def test_an_unknown_point_lists_the_points() -> None:
         make_state().contribute("forward", "x", None)
 
 
+def test_the_state_still_takes_a_point_by_name_at_run_time() -> None:
+    # Untyped (the protocol takes a constant), but code that passed a name keeps running.
+    state = make_state()
+    state.contribute("model_wrapper", "old", lambda m: m)  # type: ignore[arg-type]
+    state.contribute("checkpoint", "old", {"a": 1}, key="kept")  # type: ignore[arg-type]
+    assert [c.handler for c in state.contributions(MODEL_WRAPPER)] == ["old"]
+    assert list(state.keyed(CHECKPOINT)) == ["kept"]
+
+
 def test_a_point_given_by_name_still_works_with_a_warning_naming_the_constant() -> None:
     with pytest.warns(DeprecationWarning, match="from accelkw_core.plugin import MODEL_WRAPPER"):
         plan = Plan("old").contribute("model_wrapper", lambda m: m, "old style")

@@ -189,7 +189,8 @@ class AcceleratorState:
             raise ValueError(
                 f"unknown extension point {str(point)!r}; the points are: {', '.join(POINTS)}"
             )
-        made = point.entry(*args, **kwargs)
+        # The point's own entry (a name, the deprecated form, resolves to its constant).
+        made = spec.entry(*args, **kwargs)
         entries = self._points.setdefault(spec.name, [])
         # A point of cardinality one takes one contribution, whatever key it was given: the
         # runtime reads one value, so a second would be silently ignored.
