@@ -5,7 +5,7 @@ from __future__ import annotations
 import os
 import time
 from collections.abc import Callable, Mapping
-from typing import TYPE_CHECKING, Any, Literal, ParamSpec, TypeVar, overload
+from typing import TYPE_CHECKING, Any, Literal, ParamSpec, TypeVar, cast, overload
 
 from accelkw_core.contract.extension_point import Contribution
 from accelkw_core.contract.points import KEYED, ONE, POINTS, TEARDOWN, ExtensionPoint
@@ -189,8 +189,9 @@ class AcceleratorState:
             raise ValueError(
                 f"unknown extension point {str(point)!r}; the points are: {', '.join(POINTS)}"
             )
-        # The point's own entry (a name, the deprecated form, resolves to its constant).
-        made = spec.entry(*args, **kwargs)
+        # The registered point makes the entry: the constant itself, or the one a name (the
+        # deprecated, untyped form) names; the arguments were typed against that point.
+        made = cast("Entries[P]", spec).entry(*args, **kwargs)
         entries = self._points.setdefault(spec.name, [])
         # A point of cardinality one takes one contribution, whatever key it was given: the
         # runtime reads one value, so a second would be silently ignored.
