@@ -99,6 +99,33 @@ def test_the_checker_passes_a_translation_and_ignores_regenerated_tables(tmp_pat
     assert ar_sync().problems("page.md", docs) == []
 
 
+FIELDS = """# Handler
+
+<!-- fields: autocast -->
+
+| Field | Type | Default | Description |
+|---|---|---|---|
+| `enabled` | `bool` | `True` | Whether autocasting is on. |
+
+<!-- /fields -->
+"""
+
+
+def test_a_changed_field_description_makes_the_translation_stale_a_changed_default_not(
+    tmp_path: Path,
+) -> None:
+    arabic = (
+        "# المعالج\n\n<!-- fields: autocast\nenabled: هل التحويل مفعّل.\n-->\n\n<!-- /fields -->\n"
+    )
+    docs = write_pair(tmp_path, FIELDS, arabic)
+    assert ar_sync().problems("page.md", docs) == []
+    (docs / "page.md").write_text(FIELDS.replace("`True`", "`False`"), encoding="utf-8")
+    assert ar_sync().problems("page.md", docs) == []
+    (docs / "page.md").write_text(FIELDS.replace("is on.", "is off."), encoding="utf-8")
+    (found,) = ar_sync().problems("page.md", docs)
+    assert "changed since docs/ar/page.md was translated" in found
+
+
 def test_the_checker_finds_a_changed_english_page(tmp_path: Path) -> None:
     docs = write_pair(tmp_path, ENGLISH, ARABIC)
     (docs / "page.md").write_text(ENGLISH.replace("more words", "other words"), encoding="utf-8")
