@@ -8,7 +8,7 @@ records the English text it was translated from::
 The hash covers the English page without the generated text of its reference blocks (the
 tables ``docs/refsync.py`` writes, which it writes in Arabic into the Arabic page too), so
 regenerating a table does not make a translation stale; what the Arabic page translates counts:
-a handler docstring block (translated by hand), and the field and hook descriptions (translated
+a handler docstring block (translated by hand), and the field, hook and command descriptions (translated
 in the Arabic block's marker), so changing a field's description makes its Arabic page stale,
 changing its default does not.
 
@@ -51,8 +51,8 @@ HEADER = re.compile(r"\A<!-- translated-from: ([0-9a-f]{64}) -->\n")
 # Blocks whose text the Arabic page translates by hand rather than regenerates.
 TRANSLATED_BY_HAND = frozenset({"docstring"})
 # Blocks regenerated on the Arabic page from translations kept in its marker: the English texts
-# those translate (field descriptions, hook descriptions) count, the rest does not.
-TRANSLATED_IN_MARKER = frozenset({"fields", "hooks"})
+# those translate (field descriptions, hook descriptions, command help) count, the rest does not.
+TRANSLATED_IN_MARKER = frozenset({"fields", "hooks", "cli"})
 # The import table of migrating.md (docs/refgen.py --write-names), generated like the others.
 NAMES_TABLE = re.compile(
     r"(<!-- BEGIN accelerate-names[^\n]*-->\n).*?(<!-- END accelerate-names)", re.S
@@ -80,7 +80,7 @@ def english_pages(docs: Path = DOCS) -> list[str]:
 
 def _translated_in_marker(block: refsync.Block, text: str) -> str:
     """What a translation in the marker of ``block`` translates, from its English text: each
-    field's name and description; each hook's prose (its code blocks left out)."""
+    field's name and description; each hook's or command's prose (code blocks left out)."""
     body = text[block.start : block.end]
     if block.kind == "fields":
         rows = re.findall(r"^\| `(\w+)` \|.*\| (.*?) \|$", body, flags=re.M)

@@ -22,7 +22,9 @@ Markers (HTML comments, so a page shows nothing of them), each closed by ``<!-- 
 - ``<!-- handler: NAME -->``: class, import line, distribution and ordering of ``NAME``.
 - ``<!-- docstring: NAME -->``: the class docstring of ``NAME``, as Markdown.
 - ``<!-- handlers -->``: the table of the built-in handlers, with links to their pages.
-- ``<!-- cli -->``: every command and option of ``accelkw``, from its argparse parser.
+- ``<!-- cli -->``: every command and option of ``accelkw``, from its argparse parser; on a
+  page under ``ar/``, ``<!-- cli:`` followed by ``command: text``, ``command.description: text``
+  and ``command --option: text`` lines gives the Arabic help texts.
 - ``<!-- hooks -->``: every hook specification, from its signature and docstring; on a page
   under ``ar/``, ``<!-- hooks:`` followed by ``hook: text`` and ``hook.param: text`` lines gives
   the Arabic descriptions.

@@ -165,3 +165,19 @@ def test_recording_refuses_a_page_that_translates_nothing(tmp_path: Path) -> Non
         ar_sync().record(docs / "ar" / "other.md", docs)
     with pytest.raises(ValueError, match="not an Arabic page"):
         ar_sync().record(docs / "page.md", docs)
+
+
+def test_cli_and_hook_translations_name_only_what_exists() -> None:
+    """A translation in an Arabic marker that outlives its command, option or hook fails the
+    build; one that is missing shows the English text, marked, which the page check refuses."""
+    refgen = importlib.import_module("refgen")  # docs/ is on sys.path through ar_sync()
+    ar_sync()
+    with pytest.raises(refgen.DocsError, match="accelkw plan --jsn"):
+        refgen.cli_reference("ar", {"accelkw plan --jsn": "اطبع JSON."})
+    with pytest.raises(refgen.DocsError, match="accelkw_no_such_hook"):
+        refgen.hook_reference("ar", {"accelkw_no_such_hook": "وصف"})
+    cli = refgen.cli_reference("ar", {"accelkw plan --json": "اطبع JSON."})
+    assert "| `--json` | اطبع JSON. |" in cli
+    assert "| `--json` | (بالإنجليزية) Print JSON. |" in cli  # another command's, not translated
+    hooks = refgen.hook_reference("ar", {"accelkw_env_info": "أضف أسطرًا."})
+    assert "\nأضف أسطرًا.\n" in hooks and "**المعاملات**" in hooks
