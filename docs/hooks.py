@@ -12,7 +12,9 @@ Arabic from ``docs/ar/`` at the same paths. These hooks
   ``lang="en" dir="ltr"`` inside the right-to-left page. Every page is translated, and
   ``tests/test_docs_arabic.py`` fails on one that is not; the mark is what a reader of a local
   build sees of an English page added before its translation;
-- make the language switch links relative, so the site works under any path.
+- make the language switch links relative, so the site works under any path;
+- drop the ``<!-- translated-from: ... -->`` first line of a translation (``docs/ar_sync.py``),
+  so the page's heading is its first element again and gives the page its title.
 
 Markers (HTML comments, so a page shows nothing of them), each closed by ``<!-- /KIND -->``:
 
@@ -76,8 +78,13 @@ def _is_fallback(page: Any, config: Any) -> bool:
     return _lang(page) != _site_lang(config)
 
 
+TRANSLATED_FROM = re.compile(r"\A<!-- translated-from: [0-9a-f]{64} -->\n")
+
+
 def on_page_markdown(markdown: str, page: Any, **kwargs: Any) -> str:
-    """Refuse a page with a reference block that was never closed or never filled."""
+    """Refuse a page with a reference block that was never closed or never filled; drop a
+    translation's record of its English source."""
+    markdown = TRANSLATED_FROM.sub("", markdown, count=1)
     try:
         for block in refsync.blocks(markdown, page.file.src_uri):
             if not block.closed or not markdown[block.start : block.end].strip():
