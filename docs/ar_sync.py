@@ -28,7 +28,8 @@ import sys
 from dataclasses import dataclass
 from pathlib import Path
 
-import refsync  # docs/refsync.py, next to this file (a script's folder is on sys.path)
+import refgen  # docs/refgen.py, next to this file (a script's folder is on sys.path)
+import refsync  # docs/refsync.py, likewise
 
 __all__ = [
     "HEADER",
@@ -181,6 +182,19 @@ def english_links(arabic: str, rel: str, docs: Path = DOCS) -> list[str]:
     return out
 
 
+def _generated(text: str, rel: str) -> set[tuple[str, str]]:
+    """The generated blocks of a page, as (kind, handler name), the import table included;
+    docstrings, which a translation writes by hand, left out."""
+    found = {
+        (block.kind, block.name if block.kind in refsync.PER_HANDLER else "")
+        for block in refsync.blocks(text, rel)
+        if block.kind not in TRANSLATED_BY_HAND
+    }
+    if NAMES_TABLE.search(text):
+        found.add(("accelerate-names", ""))
+    return found
+
+
 def problems(rel: str, docs: Path = DOCS) -> list[str]:
     """Everything that keeps ``ar/<rel>`` from being a full, current translation of ``rel``."""
     english_path, arabic_path = docs / rel, docs / LANG / rel
@@ -214,6 +228,16 @@ def problems(rel: str, docs: Path = DOCS) -> list[str]:
         found.append(f"only {ar.arabic_share:.0%} of its prose letters are Arabic script")
     for target in english_links(arabic, rel, docs):
         found.append(f"links to an English page: {target}")
+    missing = _generated(english, rel) - _generated(arabic, f"{LANG}/{rel}")
+    if missing:
+        found.append(
+            "lacks the generated blocks of its English page: "
+            + ", ".join(
+                sorted(f"<!-- {kind}{': ' + name if name else ''} -->" for kind, name in missing)
+            )
+        )
+    if "BEGIN accelerate-names" in arabic and refgen.with_names_table(arabic, LANG) != arabic:
+        found.append("its import table is stale: run python docs/refgen.py --write-names")
     if UNTRANSLATED_MARK in arabic:
         found.append(
             f"a generated table shows English text marked {UNTRANSLATED_MARK}: translate it in "

@@ -954,29 +954,47 @@ NAMES_END = "<!-- END accelerate-names -->"
 MIGRATING = REPO / "docs" / "migrating.md"
 
 
-def accelerate_names_table() -> str:
-    """Every Accelerate name of ``accelkw_core.tools.porting.NAMES`` and where it is in accelkw."""
+MIGRATING_AR = REPO / "docs" / "ar" / "migrating.md"
+NAMES_LABELS = {
+    "en": ("| Accelerate | accelkw | note |", "not provided"),
+    "ar": ("| Accelerate | accelkw | ملاحظة |", "غير متوفر"),
+}
+
+
+def accelerate_names_table(lang: str = "en") -> str:
+    """Every Accelerate name of ``accelkw_core.tools.porting.NAMES`` and where it is in accelkw
+    (``lang`` gives the heading and the "not provided" cell; the notes are the table's own)."""
     from accelkw_core.tools.porting import NAMES
 
-    rows = ["| Accelerate | accelkw | note |", "|---|---|---|"]
+    heading, absent = NAMES_LABELS[lang]
+    rows = [heading, "|---|---|---|"]
     for row in NAMES:
-        ours = f"`from {row.accelkw} import {row.name}`" if row.accelkw else "not provided"
+        ours = f"`from {row.accelkw} import {row.name}`" if row.accelkw else absent
         rows.append(f"| `from {row.accelerate} import {row.name}` | {ours} | {_cell(row.note)} |")
     return "\n".join(rows) + "\n"
 
 
-def with_names_table(text: str) -> str:
-    """``text`` (docs/migrating.md) with the generated table between its markers."""
+def with_names_table(text: str, lang: str = "en") -> str:
+    """``text`` (docs/migrating.md, or its translation) with the generated table between its
+    markers."""
     if NAMES_BEGIN not in text or NAMES_END not in text:
-        raise DocsError(f"docs/migrating.md: the markers {NAMES_BEGIN!r} and {NAMES_END!r}")
+        page = "docs/migrating.md" if lang == "en" else f"docs/{lang}/migrating.md"
+        raise DocsError(f"{page}: the markers {NAMES_BEGIN!r} and {NAMES_END!r}")
     head, rest = text.split(NAMES_BEGIN, 1)
     _, tail = rest.split(NAMES_END, 1)
-    return f"{head}{NAMES_BEGIN}\n{accelerate_names_table()}{NAMES_END}{tail}"
+    return f"{head}{NAMES_BEGIN}\n{accelerate_names_table(lang)}{NAMES_END}{tail}"
 
 
 if __name__ == "__main__":
     parser = argparse.ArgumentParser(description="Rewrite the generated parts of the docs.")
-    parser.add_argument("--write-names", action="store_true", help="docs/migrating.md's table")
+    parser.add_argument(
+        "--write-names",
+        action="store_true",
+        help="docs/migrating.md's table, and its translation's",
+    )
     options = parser.parse_args()
     if options.write_names:
         MIGRATING.write_text(with_names_table(MIGRATING.read_text(encoding="utf-8")))
+        if MIGRATING_AR.is_file():
+            arabic = MIGRATING_AR.read_text(encoding="utf-8")
+            MIGRATING_AR.write_text(with_names_table(arabic, "ar"), encoding="utf-8")
