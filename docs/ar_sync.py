@@ -53,7 +53,7 @@ HEADER = re.compile(r"\A<!-- translated-from: ([0-9a-f]{64}) -->\n")
 TRANSLATED_BY_HAND = frozenset({"docstring"})
 # Blocks regenerated on the Arabic page from translations kept in its marker: the English texts
 # those translate (field descriptions, hook descriptions, command help) count, the rest does not.
-TRANSLATED_IN_MARKER = frozenset({"fields", "hooks", "cli"})
+TRANSLATED_IN_MARKER = frozenset({"fields", "hooks", "cli", "environment", "flags"})
 # The import table of migrating.md (docs/refgen.py --write-names), generated like the others.
 NAMES_TABLE = re.compile(
     r"(<!-- BEGIN accelerate-names[^\n]*-->\n).*?(<!-- END accelerate-names)", re.S
@@ -83,6 +83,8 @@ def _translated_in_marker(block: refsync.Block, text: str) -> str:
     """What a translation in the marker of ``block`` translates, from its English text: each
     field's name and description; each hook's or command's prose (code blocks left out)."""
     body = text[block.start : block.end]
+    if block.kind in ("environment", "flags"):
+        return body  # every cell but the names is translated
     if block.kind == "fields":
         rows = re.findall(r"^\| `(\w+)` \|.*\| (.*?) \|$", body, flags=re.M)
         return "".join(f"{name}: {doc}\n" for name, doc in rows)

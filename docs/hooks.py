@@ -38,6 +38,10 @@ Markers (HTML comments, so a page shows nothing of them), each closed by ``<!-- 
   (the core's table and the installed built-ins' ``accelerate_env``).
 - ``<!-- flags -->``: ``accelerate launch``'s flags and what ``accelkw launch`` does with each.
 
+On a page under ``ar/``, the ``environment`` and ``flags`` markers take Arabic texts for the
+cells the code writes, like ``hooks`` (``<!-- environment:`` then ``VAR.accelerate: text`` and
+``VAR.accelkw: text`` lines; ``<!-- flags:`` then ``--flag: text`` lines).
+
 The build imports no plugin: what it publishes is what is committed.
 """
 

@@ -396,25 +396,51 @@ def handlers_overview(lang: str = "en", link_prefix: str = "") -> str:
 # -- Accelerate's environment and launch flags ----------------------------------------------
 
 
-def accelerate_env_table(lang: str = "en") -> str:
+def _translated(docs: dict[str, str], key: str, english: str, lang: str) -> str:
+    """``docs[key]`` (removed from ``docs``), else ``english``, marked on another language's page."""
+    text = docs.pop(key, None)
+    return _cell(text) if text else LABELS[lang]["untranslated"] + _cell(english)
+
+
+def _refuse_leftovers(docs: Mapping[str, str], what: str, lang: str) -> None:
+    if docs:
+        raise DocsError(
+            f"the {lang} {what} translates rows that do not exist: {', '.join(sorted(docs))}"
+        )
+
+
+def accelerate_env_table(lang: str = "en", docs: Mapping[str, str] | None = None) -> str:
     """Every variable Accelerate 1.15 reads as a default, and what accelkw does with it.
 
     The core's own (``CORE_VARIABLES``), each installed built-in handler's (its
     ``accelerate_env``), and the families left alone (``FAMILIES``). On another language's page
-    the headings, the verdicts and the generated notes are that language's; what the code says
-    about each variable stays as written there.
+    the headings, the verdicts and the generated notes are that language's, and ``docs`` gives
+    the texts the code writes: ``VAR.accelerate`` (how Accelerate reads it) and ``VAR.accelkw``
+    (how accelkw does), ``VAR`` as in the table's first column (``FSDP_*`` for a family); a key
+    naming no row is an error, a text not given stays English, marked.
     """
     from accelkw_core.config.accelerate_env import CORE_VARIABLES, FAMILIES, HONOURED, UNUSED
     from accelkw_core.contract.accelerate_env import SWITCH
 
     labels = LABELS[lang]
+    docs = dict(docs or {})
+
+    def cells(var: str, accelerate: str, accelkw: str) -> tuple[str, str]:
+        if lang == "en":
+            return _cell(accelerate), _cell(accelkw)
+        return (
+            _translated(docs, f"{var}.accelerate", accelerate, lang),
+            _translated(docs, f"{var}.accelkw", accelkw, lang),
+        )
+
     rows = [
         f"| {labels['variable']} | {labels['reads_as']} | accelkw | {labels['how']} |",
         "|---|---|---|---|",
     ]
     for var, spec in CORE_VARIABLES.items():
         action = labels[spec.action]
-        rows.append(f"| `{var}` | {_cell(spec.accelerate)} | {action} | {_cell(spec.accelkw)} |")
+        reads, does = cells(var, spec.accelerate, spec.accelkw)
+        rows.append(f"| `{var}` | {reads} | {action} | {does} |")
     for name in _installed_builtins():
         cls = handler_class(name)
         dist = _dist_of(name)
@@ -428,18 +454,19 @@ def accelerate_env_table(lang: str = "en") -> str:
                 how = labels["field_how"].format(**names)
             rows.append(f"| `{var}` | {meaning} | {labels[HONOURED]} | {how} |")
     for family in FAMILIES:
-        rows.append(
-            f"| `{family.prefix}*` | {_cell(family.accelerate)} | {labels[UNUSED]} | "
-            f"{_cell(family.accelkw)} |"
-        )
+        reads, does = cells(f"{family.prefix}*", family.accelerate, family.accelkw)
+        rows.append(f"| `{family.prefix}*` | {reads} | {labels[UNUSED]} | {does} |")
     rows.extend(_missing_row(lang, 4))
+    _refuse_leftovers(docs, "table of Accelerate's environment variables", lang)
     return "\n".join(rows) + "\n"
 
 
-def launch_flags_table(lang: str = "en") -> str:
+def launch_flags_table(lang: str = "en", docs: Mapping[str, str] | None = None) -> str:
     """Every flag of ``accelerate launch`` 1.15 and what ``accelkw launch`` does with it.
 
-    Flags refused for one reason are one row; ``lang`` gives the headings and verdicts.
+    Flags refused for one reason are one row; ``lang`` gives the headings and verdicts, and
+    ``docs`` the last column's texts, keyed by the row's first flag (``--cpu``), as
+    :func:`accelerate_env_table` takes them.
     """
     from accelkw_core.config.accelerate_launch import FLAGS
 
@@ -447,9 +474,12 @@ def launch_flags_table(lang: str = "en") -> str:
     for name, flag in FLAGS.items():
         grouped.setdefault((flag.action, flag.what), []).append(f"`--{name}`")
     labels = LABELS[lang]
+    docs = dict(docs or {})
     rows = [f"| {labels['flag']} | accelkw | {labels['becomes']} |", "|---|---|---|"]
     for (action, what), names in grouped.items():
-        rows.append(f"| {', '.join(names)} | {labels[action]} | {_cell(what)} |")
+        text = _cell(what) if lang == "en" else _translated(docs, names[0].strip("`"), what, lang)
+        rows.append(f"| {', '.join(names)} | {labels[action]} | {text} |")
+    _refuse_leftovers(docs, "table of accelerate launch's flags", lang)
     return "\n".join(rows) + "\n"
 
 

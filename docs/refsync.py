@@ -20,7 +20,9 @@ The opening markers are the ones ``docs/hooks.py`` lists (``fields``, ``handler`
 notes, an Arabic ``fields`` marker carries ``field: description`` lines after the handler name,
 an Arabic ``hooks`` marker ``hook: description`` and ``hook.param: description`` lines, and
 an Arabic ``cli`` marker ``command: help``, ``command.description: text`` and
-``command --option: help`` lines. A marker with no closing one yet gets
+``command --option: help`` lines, an Arabic ``environment`` marker ``VAR.accelerate: text`` and
+``VAR.accelkw: text`` lines, and an Arabic ``flags`` marker ``--flag: text`` lines (the row's
+first flag). A marker with no closing one yet gets
 one. With only some built-ins installed, a block about one that is not installed keeps its
 committed text, and a table over all built-ins lists the installed ones with a note naming the
 others; :func:`sync` reports both, and the staleness test compares only the rest.
@@ -154,9 +156,9 @@ def expand(block: Block, rel: str) -> str:
     if kind == "trackers":
         return refgen.trackers_table(lang)
     if kind == "environment":
-        return refgen.accelerate_env_table(lang)
+        return refgen.accelerate_env_table(lang, _translations(block.arg.splitlines(), rel))
     if kind == "flags":
-        return refgen.launch_flags_table(lang)
+        return refgen.launch_flags_table(lang, _translations(block.arg.splitlines(), rel))
     return refgen.hook_reference(lang, _translations(block.arg.splitlines(), rel))
 
 

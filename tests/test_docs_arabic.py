@@ -167,7 +167,7 @@ def test_recording_refuses_a_page_that_translates_nothing(tmp_path: Path) -> Non
         ar_sync().record(docs / "page.md", docs)
 
 
-def test_cli_and_hook_translations_name_only_what_exists() -> None:
+def test_translations_in_markers_name_only_what_exists() -> None:
     """A translation in an Arabic marker that outlives its command, option or hook fails the
     build; one that is missing shows the English text, marked, which the page check refuses."""
     refgen = importlib.import_module("refgen")  # docs/ is on sys.path through ar_sync()
@@ -181,6 +181,14 @@ def test_cli_and_hook_translations_name_only_what_exists() -> None:
     assert "| `--json` | (بالإنجليزية) Print JSON. |" in cli  # another command's, not translated
     hooks = refgen.hook_reference("ar", {"accelkw_env_info": "أضف أسطرًا."})
     assert "\nأضف أسطرًا.\n" in hooks and "**المعاملات**" in hooks
+    env = refgen.accelerate_env_table("ar", {"ACCELERATE_USE_CPU.accelkw": "كل عملية على CPU."})
+    assert "| مُعتمَد | كل عملية على CPU. |" in env and "| (بالإنجليزية) true: run" in env
+    with pytest.raises(refgen.DocsError, match=r"ACCELERATE_USE_GPU\.accelkw"):
+        refgen.accelerate_env_table("ar", {"ACCELERATE_USE_GPU.accelkw": "نص"})
+    flags = refgen.launch_flags_table("ar", {"--cpu": "كل عملية على CPU."})
+    assert "| `--cpu` | مُعتمَد | كل عملية على CPU. |" in flags
+    with pytest.raises(refgen.DocsError, match="--cpux"):
+        refgen.launch_flags_table("ar", {"--cpux": "نص"})
 
 
 def test_the_arabic_page_carries_every_generated_block_and_a_fresh_import_table(
