@@ -9,19 +9,23 @@ Arabic from ``docs/ar/`` at the same paths. These hooks
 - put ``lang`` and ``dir`` on ``<html>`` (the theme puts ``dir`` only on ``<body>``);
 - mark a page that has no translation yet (the plugin falls back to the English file): its
   navigation title says so, a note in the site's language opens it, and its English text keeps
-  ``lang="en" dir="ltr"`` inside the right-to-left page;
+  ``lang="en" dir="ltr"`` inside the right-to-left page. Every page is translated, and
+  ``tests/test_docs_arabic.py`` fails on one that is not; the mark is what a reader of a local
+  build sees of an English page added before its translation;
 - make the language switch links relative, so the site works under any path.
 
 Markers (HTML comments, so a page shows nothing of them), each closed by ``<!-- /KIND -->``:
 
 - ``<!-- fields: NAME -->``: the field table of built-in handler ``NAME``. On a page under
   ``ar/`` the headings are Arabic, and ``field: text`` lines after the name (inside the same
-  comment) give Arabic descriptions.
+  comment) give Arabic descriptions. Every table has Arabic headings and notes there.
 - ``<!-- handler: NAME -->``: class, import line, distribution and ordering of ``NAME``.
 - ``<!-- docstring: NAME -->``: the class docstring of ``NAME``, as Markdown.
 - ``<!-- handlers -->``: the table of the built-in handlers, with links to their pages.
 - ``<!-- cli -->``: every command and option of ``accelkw``, from its argparse parser.
-- ``<!-- hooks -->``: every hook specification, from its signature and docstring.
+- ``<!-- hooks -->``: every hook specification, from its signature and docstring; on a page
+  under ``ar/``, ``<!-- hooks:`` followed by ``hook: text`` and ``hook.param: text`` lines gives
+  the Arabic descriptions.
 - ``<!-- points -->``: every extension point of ``accelkw_core.contract.points.POINTS``, with
   the built-ins whose plans contribute to it (found by planning them, see ``refgen``).
 - ``<!-- capabilities -->``: every capability a built-in's plan provides, with the built-ins.

@@ -28,13 +28,12 @@ from pathlib import Path
 from typing import Any
 
 __all__ = [
-    "accelerate_env_table",
-    "launch_flags_table",
     "BUILTIN_HANDLERS",
     "PLAN_STATES",
     "DocsError",
     "HookDoc",
     "NotInstalled",
+    "accelerate_env_table",
     "builtin_contributions",
     "capabilities_table",
     "cli_anchor",
@@ -48,6 +47,7 @@ __all__ = [
     "handlers_overview",
     "hook_docs",
     "hook_reference",
+    "launch_flags_table",
     "missing_builtins",
     "points_table",
     "rst_to_md",
@@ -98,6 +98,27 @@ LABELS = {
         "needs_dir": "under `logging_dir` (required)",
         "takes_dir": "under `logging_dir` when set",
         "no_dir": "its own service",
+        "argument": "Argument",
+        "meaning": "Meaning",
+        "subcommands": "Subcommands",
+        "choices": "Choices",
+        "default_is": "Default",
+        "parameters": "Parameters",
+        "returns": "Returns",
+        "convention": "Calling convention",
+        "example": "Example",
+        "variable": "variable",
+        "reads_as": "Accelerate reads it as",
+        "how": "how",
+        "flag": "flag",
+        "becomes": "what it becomes, or why not",
+        "honoured": "honoured",
+        "refused": "refused",
+        "unused": "unused",
+        "switch_means": "true: build `{cls}`",
+        "switch_how": "true requests the `{name}` handler (`{dist}`)",
+        "default_of": "the default of `{cls}.{field}`",
+        "field_how": "`{name}.{field}` (`{dist}`), when the handler is applied",
     },
     "ar": {
         "field": "الحقل",
@@ -131,6 +152,27 @@ LABELS = {
         "needs_dir": "تحت `logging_dir` (مطلوب)",
         "takes_dir": "تحت `logging_dir` إن وُجد",
         "no_dir": "خدمته الخاصة",
+        "argument": "الوسيط",
+        "meaning": "المعنى",
+        "subcommands": "الأوامر الفرعية",
+        "choices": "القيم المقبولة",
+        "default_is": "الافتراضي",
+        "parameters": "المعاملات",
+        "returns": "القيمة المُرجَعة",
+        "convention": "طريقة الاستدعاء",
+        "example": "مثال",
+        "variable": "المتغير",
+        "reads_as": "كيف يقرؤه Accelerate",
+        "how": "كيف",
+        "flag": "الخيار",
+        "becomes": "ما يصير إليه، أو لماذا لا",
+        "honoured": "مُعتمَد",
+        "refused": "مرفوض",
+        "unused": "غير مستخدم",
+        "switch_means": "true: يبني `{cls}`",
+        "switch_how": "true يطلب المعالج `{name}` (`{dist}`)",
+        "default_of": "القيمة الافتراضية لـ `{cls}.{field}`",
+        "field_how": "`{name}.{field}` (`{dist}`)، عند تطبيق المعالج",
     },
 }
 
@@ -353,53 +395,60 @@ def handlers_overview(lang: str = "en", link_prefix: str = "") -> str:
 # -- Accelerate's environment and launch flags ----------------------------------------------
 
 
-def accelerate_env_table() -> str:
+def accelerate_env_table(lang: str = "en") -> str:
     """Every variable Accelerate 1.15 reads as a default, and what accelkw does with it.
 
     The core's own (``CORE_VARIABLES``), each installed built-in handler's (its
-    ``accelerate_env``), and the families left alone (``FAMILIES``).
+    ``accelerate_env``), and the families left alone (``FAMILIES``). On another language's page
+    the headings, the verdicts and the generated notes are that language's; what the code says
+    about each variable stays as written there.
     """
     from accelkw_core.config.accelerate_env import CORE_VARIABLES, FAMILIES, HONOURED, UNUSED
     from accelkw_core.contract.accelerate_env import SWITCH
 
+    labels = LABELS[lang]
     rows = [
-        "| variable | Accelerate reads it as | accelkw | how |",
+        f"| {labels['variable']} | {labels['reads_as']} | accelkw | {labels['how']} |",
         "|---|---|---|---|",
     ]
     for var, spec in CORE_VARIABLES.items():
-        rows.append(f"| `{var}` | {_cell(spec.accelerate)} | {spec.action} | {_cell(spec.accelkw)} |")
+        action = labels[spec.action]
+        rows.append(f"| `{var}` | {_cell(spec.accelerate)} | {action} | {_cell(spec.accelkw)} |")
     for name in _installed_builtins():
         cls = handler_class(name)
         dist = _dist_of(name)
         for var, field_name in getattr(cls, "accelerate_env", {}).items():
+            names = {"cls": cls.__name__, "name": name, "dist": dist, "field": field_name}
             if field_name == SWITCH:
-                meaning = f"true: build `{cls.__name__}`"
-                how = f"true requests the `{name}` handler (`{dist}`)"
+                meaning = labels["switch_means"].format(**names)
+                how = labels["switch_how"].format(**names)
             else:
-                meaning = f"the default of `{cls.__name__}.{field_name}`"
-                how = f"`{name}.{field_name}` (`{dist}`), when the handler is applied"
-            rows.append(f"| `{var}` | {meaning} | {HONOURED} | {how} |")
+                meaning = labels["default_of"].format(**names)
+                how = labels["field_how"].format(**names)
+            rows.append(f"| `{var}` | {meaning} | {labels[HONOURED]} | {how} |")
     for family in FAMILIES:
         rows.append(
-            f"| `{family.prefix}*` | {_cell(family.accelerate)} | {UNUSED} | {_cell(family.accelkw)} |"
+            f"| `{family.prefix}*` | {_cell(family.accelerate)} | {labels[UNUSED]} | "
+            f"{_cell(family.accelkw)} |"
         )
-    rows.extend(_missing_row("en", 4))
+    rows.extend(_missing_row(lang, 4))
     return "\n".join(rows) + "\n"
 
 
-def launch_flags_table() -> str:
+def launch_flags_table(lang: str = "en") -> str:
     """Every flag of ``accelerate launch`` 1.15 and what ``accelkw launch`` does with it.
 
-    Flags refused for one reason are one row.
+    Flags refused for one reason are one row; ``lang`` gives the headings and verdicts.
     """
     from accelkw_core.config.accelerate_launch import FLAGS
 
     grouped: dict[tuple[str, str], list[str]] = {}
     for name, flag in FLAGS.items():
         grouped.setdefault((flag.action, flag.what), []).append(f"`--{name}`")
-    rows = ["| flag | accelkw | what it becomes, or why not |", "|---|---|---|"]
+    labels = LABELS[lang]
+    rows = [f"| {labels['flag']} | accelkw | {labels['becomes']} |", "|---|---|---|"]
     for (action, what), names in grouped.items():
-        rows.append(f"| {', '.join(names)} | {action} | {_cell(what)} |")
+        rows.append(f"| {', '.join(names)} | {labels[action]} | {_cell(what)} |")
     return "\n".join(rows) + "\n"
 
 
@@ -680,7 +729,7 @@ def _sentence(text: str) -> str:
     return text if text.endswith((".", "!", "?")) else text + "."
 
 
-def _option_rows(parser: argparse.ArgumentParser) -> list[str]:
+def _option_rows(parser: argparse.ArgumentParser, lang: str = "en") -> list[str]:
     formatter = parser._get_formatter()
     rows = []
     for action in parser._actions:
@@ -699,17 +748,22 @@ def _option_rows(parser: argparse.ArgumentParser) -> list[str]:
             name = f"`{formatter._format_args(action, action.dest)}`"
         text = _sentence(formatter._expand_help(action) if action.help else "")
         if action.choices:
-            text += " Choices: " + ", ".join(f"`{c}`" for c in action.choices) + "."
+            text += f" {LABELS[lang]['choices']}: " + ", ".join(f"`{c}`" for c in action.choices)
+            text += "."
         default = action.default
         shown = default not in (None, False, argparse.SUPPRESS) and action.nargs != 0
         if shown and "default" not in text.lower():
-            text += f" Default: `{default}`."
+            text += f" {LABELS[lang]['default_is']}: `{default}`."
         rows.append(f"| {name} | {_cell(text)} |")
     return rows
 
 
-def cli_reference() -> str:
-    """Markdown for every command: its help, usage and options, in parser order."""
+def cli_reference(lang: str = "en") -> str:
+    """Markdown for every command: its help, usage and options, in parser order.
+
+    ``lang`` gives the table headings and notes; the help texts are the parser's own.
+    """
+    labels = LABELS[lang]
     parts = []
     for command, help_text, parser in cli_commands():
         parser.formatter_class = functools.partial(argparse.HelpFormatter, width=88)
@@ -721,15 +775,16 @@ def cli_reference() -> str:
         if parser.description and parser.description != help_text:
             parts.append(_sentence(parser.description) + "\n")
         parts.append("```text\n" + parser.format_usage().strip() + "\n```\n")
-        rows = _option_rows(parser)
+        rows = _option_rows(parser, lang)
         if rows:
-            parts.append("| Argument | Meaning |\n|---|---|\n" + "\n".join(rows) + "\n")
+            head = f"| {labels['argument']} | {labels['meaning']} |\n|---|---|\n"
+            parts.append(head + "\n".join(rows) + "\n")
         subs = _subcommands(parser)
         if subs:
             items = ", ".join(
                 f"[`{command} {name}`](#{cli_anchor(f'{command} {name}')})" for name, _, _ in subs
             )
-            parts.append(f"Subcommands: {items}.\n")
+            parts.append(f"{labels['subcommands']}: {items}.\n")
     return "\n".join(parts)
 
 
@@ -826,22 +881,41 @@ def hook_docs() -> list[HookDoc]:
     return [_parse_hook(name, fn, dict(getattr(fn, marker))) for name, fn in found]
 
 
-def hook_reference() -> str:
-    """Markdown for every hook, each with the same template."""
+def hook_reference(lang: str = "en", docs: Mapping[str, str] | None = None) -> str:
+    """Markdown for every hook, each with the same template.
+
+    On another language's page the labels are that language's, and ``docs`` replaces texts:
+    ``hook_name`` its description, ``hook_name.param`` a parameter's. A key naming no hook or
+    parameter is an error, so a translation cannot outlive a renamed hook; a text not given
+    stays English, marked as such.
+    """
+    labels = LABELS[lang]
+    docs = dict(docs or {})
+    mark = labels["untranslated"]
     parts = []
     for hook in hook_docs():
         params = ", ".join(p for p, _, _ in hook.params)
+        description = docs.pop(hook.name, None) or mark + hook.description
+        rows = [
+            f"- `{p}` (`{a}`): {docs.pop(f'{hook.name}.{p}', None) or mark + text}"
+            for p, a, text in hook.params
+        ]
         parts.append(f"## {hook.name}({params}) {{#{hook.name}}}\n")
         parts.append(f"```python\n@hookimpl\n{hook.signature}\n```\n")
-        parts.append(hook.description + "\n")
-        parts.append("**Parameters**\n")
-        parts.append("\n".join(f"- `{p}` (`{a}`): {text}" for p, a, text in hook.params) + "\n")
-        parts.append(f"**Returns** `{hook.returns}`.\n")
+        parts.append(description + "\n")
+        parts.append(f"**{labels['parameters']}**\n")
+        parts.append("\n".join(rows) + "\n")
+        parts.append(f"**{labels['returns']}** `{hook.returns}`.\n")
         if hook.options:
             opts = ", ".join(f"`{k}={v!r}`" for k, v in hook.options.items())
-            parts.append(f"**Calling convention**: {opts}.\n")
-        parts.append("**Example**\n")
+            parts.append(f"**{labels['convention']}**: {opts}.\n")
+        parts.append(f"**{labels['example']}**\n")
         parts.append(f"```python\n{hook.example}\n```\n")
+    if docs:
+        raise DocsError(
+            f"the {lang} hook reference translates hooks or parameters that do not exist: "
+            f"{', '.join(sorted(docs))}"
+        )
     return "\n".join(parts)
 
 

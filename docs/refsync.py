@@ -16,8 +16,9 @@ A block is an opening marker on a line of its own, the generated text, and a clo
 
 The opening markers are the ones ``docs/hooks.py`` lists (``fields``, ``handler``,
 ``docstring``, ``handlers``, ``cli``, ``hooks``, ``points``, ``capabilities``, ``trackers``,
-``environment``, ``flags``); an Arabic
-``fields`` marker carries ``field: description`` lines. A marker with no closing one yet gets
+``environment``, ``flags``); on a page under ``ar/`` every table has Arabic headings and
+notes, an Arabic ``fields`` marker carries ``field: description`` lines after the handler name,
+and an Arabic ``hooks`` marker ``hook: description`` and ``hook.param: description`` lines. A marker with no closing one yet gets
 one. With only some built-ins installed, a block about one that is not installed keeps its
 committed text, and a table over all built-ins lists the installed ones with a note naming the
 others; :func:`sync` reports both, and the staleness test compares only the rest.
@@ -143,7 +144,7 @@ def expand(block: Block, rel: str) -> str:
         in_folder = rel.rsplit("/", 1)[0].endswith("handlers")
         return refgen.handlers_overview(lang, "" if in_folder else "handlers/")
     if kind == "cli":
-        return refgen.cli_reference()
+        return refgen.cli_reference(lang)
     if kind == "points":
         return refgen.points_table(lang)
     if kind == "capabilities":
@@ -151,10 +152,10 @@ def expand(block: Block, rel: str) -> str:
     if kind == "trackers":
         return refgen.trackers_table(lang)
     if kind == "environment":
-        return refgen.accelerate_env_table()
+        return refgen.accelerate_env_table(lang)
     if kind == "flags":
-        return refgen.launch_flags_table()
-    return refgen.hook_reference()
+        return refgen.launch_flags_table(lang)
+    return refgen.hook_reference(lang, _translations(block.arg.splitlines(), rel))
 
 
 def comparable(block: Block) -> bool:

@@ -24,12 +24,12 @@ from typing import Any
 import pytest
 
 from tests.conftest import REPO
-from tests.test_docs import build_site
+from tests.test_docs import ARABIC_PAGES, SITE_PAGES, build_site
 
 CHROMIUM = Path("/usr/bin/chromium")
 UNTRANSLATED_MARK = "(بالإنجليزية)"
 # Pages the probe is added to (paths in the site, without index.html).
-PROBED = ("quickstart", "ar/quickstart", "ar/configuration")
+PROBED = ("quickstart", "ar/quickstart", "ar/configuration", "configuration")
 Probe = Callable[[str], dict[str, Any]]
 
 # Runs once the page (and the theme's script) has loaded; measures what the reader sees.
@@ -59,6 +59,12 @@ addEventListener("load", () => {
     navSidebar: rect(document.querySelector(".md-sidebar--primary")),
     searchPlaceholder: document.querySelector("input.md-search__input").placeholder,
     tocTitle: document.querySelector("label.md-nav__title[for=__toc]").textContent.trim(),
+    // Each code block: its direction, and whether its text starts at the block's left edge.
+    code: [...document.querySelectorAll(".md-content pre > code")].map((code) => {
+      const text = document.createRange();
+      text.selectNodeContents(code);
+      return [getComputedStyle(code).direction, text.getClientRects()[0].left - rect(code)[0]];
+    }),
     switchLinks,
     nav,
   };
@@ -92,6 +98,8 @@ def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
         html = page.read_text(encoding="utf-8")
         assert html.count("</body>") == 1, path
         page.write_text(html.replace("</body>", PROBE + "</body>"), encoding="utf-8")
+    pages = [url_path(p) for p in (*SITE_PAGES, *ARABIC_PAGES)]
+    (site / "switch-probe.html").write_text(SWITCH_PROBE % json.dumps(pages), encoding="utf-8")
     handler = functools.partial(_QuietHandler, directory=str(site))
     httpd = http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler)
     thread = threading.Thread(target=httpd.serve_forever, daemon=True)
@@ -102,6 +110,48 @@ def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
         httpd.shutdown()
         httpd.server_close()
         thread.join(timeout=10)
+
+
+# Loaded as a page of the site: fetches every page of both languages, follows each page's
+# language switch links as the browser resolves them, and fetches where they lead.
+SWITCH_PROBE = """<!doctype html><html><body><script>
+const PAGES = %s;
+(async () => {
+  const read = async (path) => {
+    const response = await fetch(path);
+    const doc = new DOMParser().parseFromString(await response.text(), "text/html");
+    return { status: response.status, doc };
+  };
+  const result = {};
+  for (const path of PAGES) {
+    const { status, doc } = await read(path);
+    const base = new URL(path, location.href);
+    const links = {};
+    for (const a of doc.querySelectorAll("a.md-select__link[hreflang]")) {
+      const target = new URL(a.getAttribute("href"), base);
+      const landed = await read(target.pathname);
+      links[a.getAttribute("hreflang")] = [
+        target.pathname,
+        landed.status,
+        landed.doc.documentElement.lang,
+        landed.doc.documentElement.dir,
+      ];
+    }
+    result[path] = { status, lang: doc.documentElement.lang, links };
+  }
+  const out = document.createElement("script");
+  out.type = "application/json";
+  out.id = "switch-probe";
+  out.textContent = JSON.stringify(result).replace(/</g, "\\\\u003c");
+  document.body.append(out);
+})();
+</script></body></html>
+"""
+
+
+def url_path(path: str) -> str:
+    """A site path (``ar/handlers/ddp``, ``""`` for the home page) as its URL path."""
+    return f"/{path}/" if path else "/"
 
 
 def render(url: str, profile: Path) -> str:
@@ -198,14 +248,29 @@ def test_the_arabic_navigation_lists_only_arabic_pages(probe: Probe) -> None:
     assert [p for p, _ in english] == [p.removeprefix("/ar") for p, _ in nav]
 
 
-def test_an_untranslated_page_is_marked_and_keeps_the_arabic_chrome(probe: Probe) -> None:
-    page = probe("ar/configuration")
-    assert (page["dir"], page["computedDirection"], page["searchPlaceholder"]) == (
-        "rtl",
-        "rtl",
-        "بحث",
-    )
-    assert page["switchLinks"] == {"en": "/configuration/", "ar": "/ar/configuration/"}
-    # The English text itself reads left to right inside the right-to-left page.
-    (box_left, _), (text_left, _) = page["h1Box"], page["h1Text"]
-    assert abs(text_left - box_left) < 40, page
+def test_code_reads_left_to_right_inside_arabic_pages(probe: Probe) -> None:
+    for path in ("ar/quickstart", "ar/configuration", "configuration"):
+        page = probe(path)
+        assert page["computedDirection"] == ("rtl" if path.startswith("ar/") else "ltr"), path
+        assert page["code"], f"{path}: no code block found"
+        for direction, indent in page["code"]:
+            # Left to right, the text starting at the block's left edge (its padding only).
+            assert direction == "ltr" and 0 <= indent < 40, (path, page["code"])
+    assert len(probe("ar/configuration")["code"]) == len(probe("configuration")["code"])
+
+
+def test_every_page_opens_and_its_language_switch_leads_to_the_same_page(
+    server: str, tmp_path: Path
+) -> None:
+    dom = render(f"{server}/switch-probe.html", tmp_path / "switch")
+    found = re.search(r'<script type="application/json" id="switch-probe">(.*?)</script>', dom)
+    assert found, f"the switch probe did not finish:\n{dom[-2000:]}"
+    result = json.loads(found.group(1))
+    for english, arabic in zip(SITE_PAGES, ARABIC_PAGES, strict=True):
+        en, ar = url_path(english), url_path(arabic)
+        assert (result[en]["status"], result[en]["lang"]) == (200, "en"), en
+        assert (result[ar]["status"], result[ar]["lang"]) == (200, "ar"), ar
+        for page in (en, ar):
+            links = result[page]["links"]
+            assert links["en"] == [en, 200, "en", "ltr"], (page, links)
+            assert links["ar"] == [ar, 200, "ar", "rtl"], (page, links)
