@@ -7,8 +7,10 @@ records the English text it was translated from::
 
 The hash covers the English page without the generated text of its reference blocks (the
 tables ``docs/refsync.py`` writes, which it writes in Arabic into the Arabic page too), so
-regenerating a table does not make a translation stale; a handler docstring block counts, as
-its Arabic page translates it by hand.
+regenerating a table does not make a translation stale; what the Arabic page translates counts:
+a handler docstring block (translated by hand), and the field, hook and command descriptions (translated
+in the Arabic block's marker), so changing a field's description makes its Arabic page stale,
+changing its default does not.
 
 ``python docs/ar_sync.py`` lists every page that is out of step (missing, never recorded, or
 whose English changed since) and exits 1 if any; ``--report`` adds a table of every page's word
@@ -48,6 +50,9 @@ AR = DOCS / LANG
 HEADER = re.compile(r"\A<!-- translated-from: ([0-9a-f]{64}) -->\n")
 # Blocks whose text the Arabic page translates by hand rather than regenerates.
 TRANSLATED_BY_HAND = frozenset({"docstring"})
+# Blocks regenerated on the Arabic page from translations kept in its marker: the English texts
+# those translate (field descriptions, hook descriptions, command help) count, the rest does not.
+TRANSLATED_IN_MARKER = frozenset({"fields", "hooks", "cli"})
 # The import table of migrating.md (docs/refgen.py --write-names), generated like the others.
 NAMES_TABLE = re.compile(
     r"(<!-- BEGIN accelerate-names[^\n]*-->\n).*?(<!-- END accelerate-names)", re.S
@@ -73,13 +78,27 @@ def english_pages(docs: Path = DOCS) -> list[str]:
     )
 
 
-def _without_generated(text: str, rel: str) -> str:
-    """``text`` with the generated text of its reference blocks removed (markers kept)."""
+def _translated_in_marker(block: refsync.Block, text: str) -> str:
+    """What a translation in the marker of ``block`` translates, from its English text: each
+    field's name and description; each hook's or command's prose (code blocks left out)."""
+    body = text[block.start : block.end]
+    if block.kind == "fields":
+        rows = re.findall(r"^\| `(\w+)` \|.*\| (.*?) \|$", body, flags=re.M)
+        return "".join(f"{name}: {doc}\n" for name, doc in rows)
+    lines, _ = _lines_outside_code(body)
+    return "\n".join(lines)
+
+
+def _without_generated(text: str, rel: str, hashed: bool = False) -> str:
+    """``text`` with the generated text of its reference blocks removed (markers kept); with
+    ``hashed``, the English texts that translations in markers translate are kept."""
     out, pos = [], 0
     for block in refsync.blocks(text, rel):
         if block.kind in TRANSLATED_BY_HAND:
             continue
         out.append(text[pos : block.start])
+        if hashed and block.kind in TRANSLATED_IN_MARKER:
+            out.append(_translated_in_marker(block, text))
         pos = block.end
     out.append(text[pos:])
     return NAMES_TABLE.sub(r"\1\2", "".join(out))
@@ -87,7 +106,7 @@ def _without_generated(text: str, rel: str) -> str:
 
 def source_hash(english: str, rel: str = "") -> str:
     """The hash a translation of the English page ``english`` records."""
-    normal = _without_generated(english.replace("\r\n", "\n"), rel)
+    normal = _without_generated(english.replace("\r\n", "\n"), rel, hashed=True)
     return hashlib.sha256(normal.encode("utf-8")).hexdigest()
 
 

@@ -12,7 +12,9 @@ Arabic from ``docs/ar/`` at the same paths. These hooks
   ``lang="en" dir="ltr"`` inside the right-to-left page. Every page is translated, and
   ``tests/test_docs_arabic.py`` fails on one that is not; the mark is what a reader of a local
   build sees of an English page added before its translation;
-- make the language switch links relative, so the site works under any path.
+- make the language switch links relative, so the site works under any path;
+- drop the ``<!-- translated-from: ... -->`` first line of a translation (``docs/ar_sync.py``),
+  so the page's heading is its first element again and gives the page its title.
 
 Markers (HTML comments, so a page shows nothing of them), each closed by ``<!-- /KIND -->``:
 
@@ -22,7 +24,9 @@ Markers (HTML comments, so a page shows nothing of them), each closed by ``<!-- 
 - ``<!-- handler: NAME -->``: class, import line, distribution and ordering of ``NAME``.
 - ``<!-- docstring: NAME -->``: the class docstring of ``NAME``, as Markdown.
 - ``<!-- handlers -->``: the table of the built-in handlers, with links to their pages.
-- ``<!-- cli -->``: every command and option of ``accelkw``, from its argparse parser.
+- ``<!-- cli -->``: every command and option of ``accelkw``, from its argparse parser; on a
+  page under ``ar/``, ``<!-- cli:`` followed by ``command: text``, ``command.description: text``
+  and ``command --option: text`` lines gives the Arabic help texts.
 - ``<!-- hooks -->``: every hook specification, from its signature and docstring; on a page
   under ``ar/``, ``<!-- hooks:`` followed by ``hook: text`` and ``hook.param: text`` lines gives
   the Arabic descriptions.
@@ -74,8 +78,13 @@ def _is_fallback(page: Any, config: Any) -> bool:
     return _lang(page) != _site_lang(config)
 
 
+TRANSLATED_FROM = re.compile(r"\A<!-- translated-from: [0-9a-f]{64} -->\n")
+
+
 def on_page_markdown(markdown: str, page: Any, **kwargs: Any) -> str:
-    """Refuse a page with a reference block that was never closed or never filled."""
+    """Refuse a page with a reference block that was never closed or never filled; drop a
+    translation's record of its English source."""
+    markdown = TRANSLATED_FROM.sub("", markdown, count=1)
     try:
         for block in refsync.blocks(markdown, page.file.src_uri):
             if not block.closed or not markdown[block.start : block.end].strip():

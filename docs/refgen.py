@@ -38,6 +38,7 @@ __all__ = [
     "capabilities_table",
     "cli_anchor",
     "cli_commands",
+    "cli_key",
     "cli_reference",
     "docstring_md",
     "fields_table",
@@ -729,7 +730,22 @@ def _sentence(text: str) -> str:
     return text if text.endswith((".", "!", "?")) else text + "."
 
 
-def _option_rows(parser: argparse.ArgumentParser, lang: str = "en") -> list[str]:
+def cli_key(command: str, action: argparse.Action) -> str:
+    """How a translation names an option or argument: ``accelkw plan --json``."""
+    return (
+        f"{command} {max(action.option_strings, key=len) if action.option_strings else action.dest}"
+    )
+
+
+def _option_rows(
+    parser: argparse.ArgumentParser,
+    lang: str = "en",
+    command: str = "",
+    docs: dict[str, str] | None = None,
+) -> list[str]:
+    """The rows of a command's options; ``docs`` (by :func:`cli_key`) replaces help texts, and
+    loses the keys it used."""
+    docs = {} if docs is None else docs
     formatter = parser._get_formatter()
     rows = []
     for action in parser._actions:
@@ -746,24 +762,30 @@ def _option_rows(parser: argparse.ArgumentParser, lang: str = "en") -> list[str]
             name = ", ".join(f"`{opt}{metavar}`" for opt in action.option_strings)
         else:
             name = f"`{formatter._format_args(action, action.dest)}`"
-        text = _sentence(formatter._expand_help(action) if action.help else "")
+        english = _sentence(formatter._expand_help(action) if action.help else "")
+        text = docs.pop(cli_key(command, action), None) or LABELS[lang]["untranslated"] + english
         if action.choices:
             text += f" {LABELS[lang]['choices']}: " + ", ".join(f"`{c}`" for c in action.choices)
             text += "."
         default = action.default
         shown = default not in (None, False, argparse.SUPPRESS) and action.nargs != 0
-        if shown and "default" not in text.lower():
+        if shown and "default" not in english.lower():
             text += f" {LABELS[lang]['default_is']}: `{default}`."
         rows.append(f"| {name} | {_cell(text)} |")
     return rows
 
 
-def cli_reference(lang: str = "en") -> str:
+def cli_reference(lang: str = "en", docs: Mapping[str, str] | None = None) -> str:
     """Markdown for every command: its help, usage and options, in parser order.
 
-    ``lang`` gives the table headings and notes; the help texts are the parser's own.
+    ``lang`` gives the table headings and notes; ``docs`` replaces the parser's help texts (the
+    Arabic page): ``accelkw plan`` a command's help, ``accelkw plan.description`` its
+    description, ``accelkw plan --json`` an option's (see :func:`cli_key`). A key naming no
+    command or option is an error; a text not given stays English, marked as such.
     """
     labels = LABELS[lang]
+    mark = labels["untranslated"]
+    docs = dict(docs or {})
     parts = []
     for command, help_text, parser in cli_commands():
         parser.formatter_class = functools.partial(argparse.HelpFormatter, width=88)
@@ -771,11 +793,12 @@ def cli_reference(lang: str = "en") -> str:
         heading = "#" * min(2 + max(depth - 1, 0), 4)
         parts.append(f"{heading} `{command}` {{#{cli_anchor(command)}}}\n")
         if help_text:
-            parts.append(_sentence(help_text) + "\n")
+            parts.append((docs.pop(command, None) or mark + _sentence(help_text)) + "\n")
         if parser.description and parser.description != help_text:
-            parts.append(_sentence(parser.description) + "\n")
+            description = docs.pop(f"{command}.description", None)
+            parts.append((description or mark + _sentence(parser.description)) + "\n")
         parts.append("```text\n" + parser.format_usage().strip() + "\n```\n")
-        rows = _option_rows(parser, lang)
+        rows = _option_rows(parser, lang, command, docs)
         if rows:
             head = f"| {labels['argument']} | {labels['meaning']} |\n|---|---|\n"
             parts.append(head + "\n".join(rows) + "\n")
@@ -785,6 +808,11 @@ def cli_reference(lang: str = "en") -> str:
                 f"[`{command} {name}`](#{cli_anchor(f'{command} {name}')})" for name, _, _ in subs
             )
             parts.append(f"{labels['subcommands']}: {items}.\n")
+    if docs:
+        raise DocsError(
+            f"the {lang} CLI reference translates commands or options that do not exist: "
+            f"{', '.join(sorted(docs))}"
+        )
     return "\n".join(parts)
 
 

@@ -18,7 +18,9 @@ The opening markers are the ones ``docs/hooks.py`` lists (``fields``, ``handler`
 ``docstring``, ``handlers``, ``cli``, ``hooks``, ``points``, ``capabilities``, ``trackers``,
 ``environment``, ``flags``); on a page under ``ar/`` every table has Arabic headings and
 notes, an Arabic ``fields`` marker carries ``field: description`` lines after the handler name,
-and an Arabic ``hooks`` marker ``hook: description`` and ``hook.param: description`` lines. A marker with no closing one yet gets
+an Arabic ``hooks`` marker ``hook: description`` and ``hook.param: description`` lines, and
+an Arabic ``cli`` marker ``command: help``, ``command.description: text`` and
+``command --option: help`` lines. A marker with no closing one yet gets
 one. With only some built-ins installed, a block about one that is not installed keeps its
 committed text, and a table over all built-ins lists the installed ones with a note naming the
 others; :func:`sync` reports both, and the staleness test compares only the rest.
@@ -144,7 +146,7 @@ def expand(block: Block, rel: str) -> str:
         in_folder = rel.rsplit("/", 1)[0].endswith("handlers")
         return refgen.handlers_overview(lang, "" if in_folder else "handlers/")
     if kind == "cli":
-        return refgen.cli_reference(lang)
+        return refgen.cli_reference(lang, _translations(block.arg.splitlines(), rel))
     if kind == "points":
         return refgen.points_table(lang)
     if kind == "capabilities":

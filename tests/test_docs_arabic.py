@@ -99,6 +99,33 @@ def test_the_checker_passes_a_translation_and_ignores_regenerated_tables(tmp_pat
     assert ar_sync().problems("page.md", docs) == []
 
 
+FIELDS = """# Handler
+
+<!-- fields: autocast -->
+
+| Field | Type | Default | Description |
+|---|---|---|---|
+| `enabled` | `bool` | `True` | Whether autocasting is on. |
+
+<!-- /fields -->
+"""
+
+
+def test_a_changed_field_description_makes_the_translation_stale_a_changed_default_not(
+    tmp_path: Path,
+) -> None:
+    arabic = (
+        "# المعالج\n\n<!-- fields: autocast\nenabled: هل التحويل مفعّل.\n-->\n\n<!-- /fields -->\n"
+    )
+    docs = write_pair(tmp_path, FIELDS, arabic)
+    assert ar_sync().problems("page.md", docs) == []
+    (docs / "page.md").write_text(FIELDS.replace("`True`", "`False`"), encoding="utf-8")
+    assert ar_sync().problems("page.md", docs) == []
+    (docs / "page.md").write_text(FIELDS.replace("is on.", "is off."), encoding="utf-8")
+    (found,) = ar_sync().problems("page.md", docs)
+    assert "changed since docs/ar/page.md was translated" in found
+
+
 def test_the_checker_finds_a_changed_english_page(tmp_path: Path) -> None:
     docs = write_pair(tmp_path, ENGLISH, ARABIC)
     (docs / "page.md").write_text(ENGLISH.replace("more words", "other words"), encoding="utf-8")
@@ -138,3 +165,19 @@ def test_recording_refuses_a_page_that_translates_nothing(tmp_path: Path) -> Non
         ar_sync().record(docs / "ar" / "other.md", docs)
     with pytest.raises(ValueError, match="not an Arabic page"):
         ar_sync().record(docs / "page.md", docs)
+
+
+def test_cli_and_hook_translations_name_only_what_exists() -> None:
+    """A translation in an Arabic marker that outlives its command, option or hook fails the
+    build; one that is missing shows the English text, marked, which the page check refuses."""
+    refgen = importlib.import_module("refgen")  # docs/ is on sys.path through ar_sync()
+    ar_sync()
+    with pytest.raises(refgen.DocsError, match="accelkw plan --jsn"):
+        refgen.cli_reference("ar", {"accelkw plan --jsn": "اطبع JSON."})
+    with pytest.raises(refgen.DocsError, match="accelkw_no_such_hook"):
+        refgen.hook_reference("ar", {"accelkw_no_such_hook": "وصف"})
+    cli = refgen.cli_reference("ar", {"accelkw plan --json": "اطبع JSON."})
+    assert "| `--json` | اطبع JSON. |" in cli
+    assert "| `--json` | (بالإنجليزية) Print JSON. |" in cli  # another command's, not translated
+    hooks = refgen.hook_reference("ar", {"accelkw_env_info": "أضف أسطرًا."})
+    assert "\nأضف أسطرًا.\n" in hooks and "**المعاملات**" in hooks
