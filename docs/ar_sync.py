@@ -8,9 +8,11 @@ records the English text it was translated from::
 The hash covers the English page without the generated text of its reference blocks (the
 tables ``docs/refsync.py`` writes, which it writes in Arabic into the Arabic page too), so
 regenerating a table does not make a translation stale; what the Arabic page translates counts:
-a handler docstring block (translated by hand), and the field, hook and command descriptions (translated
-in the Arabic block's marker), so changing a field's description makes its Arabic page stale,
-changing its default does not.
+a handler docstring block (translated by hand), the field, hook and command descriptions and
+the environment and flag tables' texts (translated in the Arabic block's marker), and the notes
+of migrating.md's import table (translated in its opening marker), so changing a field's
+description or a name's note makes its Arabic page stale, changing a default or adding a name
+without a note does not.
 
 ``python docs/ar_sync.py`` lists every page that is out of step (missing, never recorded, or
 whose English changed since) and exits 1 if any; ``--report`` adds a table of every page's word
@@ -55,9 +57,11 @@ TRANSLATED_BY_HAND = frozenset({"docstring"})
 # those translate (field descriptions, hook descriptions, command help) count, the rest does not.
 TRANSLATED_IN_MARKER = frozenset({"fields", "hooks", "cli", "environment", "flags"})
 # The import table of migrating.md (docs/refgen.py --write-names), generated like the others.
+# (A translation's opening marker spans lines: it carries the notes' translations.)
 NAMES_TABLE = re.compile(
-    r"(<!-- BEGIN accelerate-names[^\n]*-->\n).*?(<!-- END accelerate-names)", re.S
+    r"(<!-- BEGIN accelerate-names.*?-->\n)(.*?)(<!-- END accelerate-names)", re.S
 )
+NAMES_ROW = re.compile(r"^\| `from ([\w.]+) import (\w+)` \| .*? \| (.*?) \|$", re.M)
 FENCE = re.compile(r"^[ \t]*(`{3,}|~{3,})")
 HEADING = re.compile(r"^#{1,6}[ \t]+\S")
 LINK = re.compile(r"\]\(\s*<?([^)\s>]+)>?(?:\s+\"[^\"]*\")?\s*\)")
@@ -104,7 +108,20 @@ def _without_generated(text: str, rel: str, hashed: bool = False) -> str:
             out.append(_translated_in_marker(block, text))
         pos = block.end
     out.append(text[pos:])
-    return NAMES_TABLE.sub(r"\1\2", "".join(out))
+    return NAMES_TABLE.sub(
+        lambda m: m.group(1) + (_names_notes(m.group(2)) if hashed else "") + m.group(3),
+        "".join(out),
+    )
+
+
+def _names_notes(table: str) -> str:
+    """What a translation of the import table translates, from its English text: each noted
+    row's key (``refgen.names_key``) and note."""
+    return "".join(
+        f"{refgen.names_key(module, name)}: {note}\n"
+        for module, name, note in NAMES_ROW.findall(table)
+        if note
+    )
 
 
 def source_hash(english: str, rel: str = "") -> str:

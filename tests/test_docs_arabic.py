@@ -205,10 +205,14 @@ def test_the_arabic_page_carries_every_generated_block_and_a_fresh_import_table(
     found = "\n".join(ar_sync().problems("page.md", docs))
     assert "lacks the generated blocks of its English page: <!-- trackers -->" in found
     assert "import table is stale: run python docs/refgen.py --write-names" in found
-    # Written by the generator, the Arabic import table is fresh: headed in Arabic, and the
-    # names it lists are the English page's.
+    # Written by the generator, the Arabic import table is fresh: headed in Arabic, the names it
+    # lists are the English page's, and its notes are the ones its opening marker translates.
     refgen = importlib.import_module("refgen")
-    fresh = refgen.with_names_table(ARABIC + names, "ar")
+    from accelkw_core.tools.porting import NAMES
+
+    notes = "".join(f"{refgen.names_key(n.accelerate, n.name)}: ملاحظة\n" for n in NAMES if n.note)
+    marked = names.replace(" -->\n|", "\n" + notes + "-->\n|", 1)
+    fresh = refgen.with_names_table(ARABIC + marked, "ar")
     docs = write_pair(tmp_path / "fresh", ENGLISH + names, fresh)
     assert ar_sync().problems("page.md", docs) == []
     assert "| Accelerate | accelkw | ملاحظة |" in fresh
