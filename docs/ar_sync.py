@@ -55,7 +55,10 @@ HEADER = re.compile(r"\A<!-- translated-from: ([0-9a-f]{64}) -->\n")
 TRANSLATED_BY_HAND = frozenset({"docstring"})
 # Blocks regenerated on the Arabic page from translations kept in its marker: the English texts
 # those translate (field descriptions, hook descriptions, command help) count, the rest does not.
-TRANSLATED_IN_MARKER = frozenset({"fields", "hooks", "cli", "environment", "flags"})
+TRANSLATED_IN_MARKER = frozenset({"fields", "hooks", "cli", "environment", "flags", "points"})
+# The columns of the points table a translation translates (where it runs, what a contribution
+# is, how it is used), by position; the contributors are names.
+POINT_TEXTS = {3: "ranks", 4: "contribution", 5: "used"}
 # The import table of migrating.md (docs/refgen.py --write-names), generated like the others.
 # (A translation's opening marker spans lines: it carries the notes' translations.)
 NAMES_TABLE = re.compile(
@@ -89,11 +92,39 @@ def _translated_in_marker(block: refsync.Block, text: str) -> str:
     body = text[block.start : block.end]
     if block.kind in ("environment", "flags"):
         return body  # every cell but the names is translated
+    if block.kind == "points":
+        out = []
+        for line in body.splitlines():
+            cells = _cells(line)
+            if len(cells) > max(POINT_TEXTS) and cells[0].startswith("`"):
+                out += [
+                    f"{cells[0].strip('`')}.{what}: {cells[i]}\n" for i, what in POINT_TEXTS.items()
+                ]
+        return "".join(out)
     if block.kind == "fields":
         rows = re.findall(r"^\| `(\w+)` \|.*\| (.*?) \|$", body, flags=re.M)
         return "".join(f"{name}: {doc}\n" for name, doc in rows)
     lines, _ = _lines_outside_code(body)
     return "\n".join(lines)
+
+
+def _cells(row: str) -> list[str]:
+    """The cells of a generated table row (``|`` separates cells only outside code spans: the
+    generator escapes it elsewhere)."""
+    if not row.startswith("|"):
+        return []
+    cells, current = [], ""
+    for part in re.split(r"(`[^`]*`)", row.strip()[1:-1]):
+        if part.startswith("`"):
+            current += part
+            continue
+        pieces = part.split("|")
+        current += pieces[0]
+        for piece in pieces[1:]:
+            cells.append(current.strip())
+            current = piece
+    cells.append(current.strip())
+    return cells
 
 
 def _without_generated(text: str, rel: str, hashed: bool = False) -> str:

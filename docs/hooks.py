@@ -40,7 +40,8 @@ Markers (HTML comments, so a page shows nothing of them), each closed by ``<!-- 
 
 On a page under ``ar/``, the ``environment`` and ``flags`` markers take Arabic texts for the
 cells the code writes, like ``hooks`` (``<!-- environment:`` then ``VAR.accelerate: text`` and
-``VAR.accelkw: text`` lines; ``<!-- flags:`` then ``--flag: text`` lines).
+``VAR.accelkw: text`` lines; ``<!-- flags:`` then ``--flag: text`` lines; ``<!-- points:`` then
+``point.ranks: text``, ``point.contribution: text`` and ``point.used: text`` lines).
 
 The build imports no plugin: what it publishes is what is committed.
 """

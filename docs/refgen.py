@@ -671,12 +671,29 @@ def _builtin_links(names: list[str], link_prefix: str) -> str:
     return ", ".join(out)
 
 
-def points_table(lang: str = "en", link_prefix: str = "handlers/") -> str:
+def points_table(
+    lang: str = "en", link_prefix: str = "handlers/", docs: Mapping[str, str] | None = None
+) -> str:
     """Every extension point of ``POINTS``: name, cardinality, role, where it runs, what a
-    contribution is, how it is used, the built-ins that contribute."""
+    contribution is, how it is used, the built-ins that contribute.
+
+    On another language's page ``docs`` gives the texts the code writes: ``point.ranks``,
+    ``point.contribution`` and ``point.used`` (``point`` as in the first column); a key naming
+    no point is an error, a text not given stays English, marked.
+    """
     from accelkw_core.contract.points import POINTS
 
     labels = LABELS[lang]
+    docs = dict(docs or {})
+
+    def text(point: Any, what: str) -> str:
+        english = rst_to_md(getattr(point, what))
+        return (
+            _cell(english)
+            if lang == "en"
+            else _translated(docs, f"{point.name}.{what}", english, lang)
+        )
+
     contributions = builtin_contributions()
     examples = example_contributions()
     rows = [
@@ -692,13 +709,14 @@ def points_table(lang: str = "en", link_prefix: str = "handlers/") -> str:
             f"`{point.name}`",
             f"`{point.cardinality}`",
             f"`{point.role}`",
-            _cell(rst_to_md(point.ranks)),
-            _cell(rst_to_md(point.contribution)),
-            _cell(rst_to_md(point.used)),
+            text(point, "ranks"),
+            text(point, "contribution"),
+            text(point, "used"),
             _builtin_links(users, link_prefix) or labels["nobody"],
             ", ".join(example_users) or labels["nobody"],
         )
         rows.append("| " + " | ".join(cells) + " |")
+    _refuse_leftovers(docs, "table of extension points", lang)
     return "\n".join(rows + _missing_row(lang, 8))
 
 

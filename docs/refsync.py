@@ -21,8 +21,9 @@ notes, an Arabic ``fields`` marker carries ``field: description`` lines after th
 an Arabic ``hooks`` marker ``hook: description`` and ``hook.param: description`` lines, and
 an Arabic ``cli`` marker ``command: help``, ``command.description: text`` and
 ``command --option: help`` lines, an Arabic ``environment`` marker ``VAR.accelerate: text`` and
-``VAR.accelkw: text`` lines, and an Arabic ``flags`` marker ``--flag: text`` lines (the row's
-first flag). A marker with no closing one yet gets
+``VAR.accelkw: text`` lines, an Arabic ``flags`` marker ``--flag: text`` lines (the row's
+first flag), and an Arabic ``points`` marker ``point.ranks: text``, ``point.contribution: text``
+and ``point.used: text`` lines. A marker with no closing one yet gets
 one. With only some built-ins installed, a block about one that is not installed keeps its
 committed text, and a table over all built-ins lists the installed ones with a note naming the
 others; :func:`sync` reports both, and the staleness test compares only the rest.
@@ -150,7 +151,7 @@ def expand(block: Block, rel: str) -> str:
     if kind == "cli":
         return refgen.cli_reference(lang, _translations(block.arg.splitlines(), rel))
     if kind == "points":
-        return refgen.points_table(lang)
+        return refgen.points_table(lang, docs=_translations(block.arg.splitlines(), rel))
     if kind == "capabilities":
         return refgen.capabilities_table(lang)
     if kind == "trackers":

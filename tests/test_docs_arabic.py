@@ -185,6 +185,10 @@ def test_translations_in_markers_name_only_what_exists() -> None:
     assert "| مُعتمَد | كل عملية على CPU. |" in env and "| (بالإنجليزية) true: run" in env
     with pytest.raises(refgen.DocsError, match=r"ACCELERATE_USE_GPU\.accelkw"):
         refgen.accelerate_env_table("ar", {"ACCELERATE_USE_GPU.accelkw": "نص"})
+    points = refgen.points_table("ar", docs={"teardown.used": "تُشغَّل مرة واحدة."})
+    assert "| تُشغَّل مرة واحدة. |" in points and "| (بالإنجليزية) every rank, once |" in points
+    with pytest.raises(refgen.DocsError, match=r"teardown\.usd"):
+        refgen.points_table("ar", docs={"teardown.usd": "نص"})
     flags = refgen.launch_flags_table("ar", {"--cpu": "كل عملية على CPU."})
     assert "| `--cpu` | مُعتمَد | كل عملية على CPU. |" in flags
     with pytest.raises(refgen.DocsError, match="--cpux"):
@@ -219,3 +223,35 @@ def test_the_arabic_page_carries_every_generated_block_and_a_fresh_import_table(
     assert fresh.count("| `from accelerate") == refgen.accelerate_names_table().count(
         "| `from accelerate"
     )
+
+
+POINTS = """# Points
+
+<!-- points -->
+
+| Point | Cardinality | Role | Runs on | A contribution is | How the runtime uses it | Built-ins | Examples |
+|---|---|---|---|---|---|---|---|
+| `loss` | `many` | `shared` | every rank | a callable `f(x) -> x | None` | applied in order | [`ddp`](handlers/ddp.md) | — |
+
+<!-- /points -->
+"""
+
+
+@pytest.mark.parametrize(
+    ("old", "new", "stale"),
+    [
+        ("(handlers/ddp.md) | —", "(handlers/ddp.md) | `ema`", False),  # a new contributor
+        ("every rank", "every rank, once", True),
+        ("`f(x) -> x | None`", "`f(x) -> x | int`", True),  # a | inside a code span
+        ("applied in order", "applied in reverse", True),
+    ],
+)
+def test_a_changed_point_text_makes_the_translation_stale_a_new_contributor_not(
+    tmp_path: Path, old: str, new: str, stale: bool
+) -> None:
+    arabic = "# النقاط\n\n<!-- points:\nloss.ranks: كل رتبة\n-->\n\n<!-- /points -->\n"
+    docs = write_pair(tmp_path, POINTS, arabic)
+    assert ar_sync().problems("page.md", docs) == []
+    (docs / "page.md").write_text(POINTS.replace(old, new), encoding="utf-8")
+    found = ar_sync().problems("page.md", docs)
+    assert bool(found) == stale and all("changed since docs/ar/page.md" in p for p in found)
