@@ -129,7 +129,7 @@ def _prepare_target(folder: Path) -> list[str]:
     try:
         folder.parent.mkdir(parents=True, exist_ok=True)
     except OSError as exc:
-        raise durable.write_error(folder.parent, exc, "created") from None
+        raise durable.write_error(folder.parent, exc, "created") from exc
     _check_replaceable(folder)
     recovered = recover_commit(folder)
     if recovered:
@@ -205,7 +205,7 @@ def _start(
         try:
             temporary.mkdir()
         except OSError as exc:
-            raise durable.write_error(temporary, exc, "created") from None
+            raise durable.write_error(temporary, exc, "created") from exc
         return temporary, notes, None
     except BaseException as exc:
         return None, [], exc
