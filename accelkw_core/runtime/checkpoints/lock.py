@@ -107,7 +107,9 @@ class WriterLock:
         fd, self._fd = self._fd, None
         if fd is None:
             return
-        with contextlib.suppress(FileNotFoundError):
+        # A lock file that cannot be removed (its folder made read-only) holds nobody once
+        # closed: releasing never raises, so a failed save's agreement is never skipped.
+        with contextlib.suppress(OSError):
             os.unlink(self.path)
         os.close(fd)
 
