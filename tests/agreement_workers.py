@@ -20,11 +20,25 @@ from typing import Any
 NOBODY = 65534
 
 
-def _as_nobody() -> None:
-    """Drop to ``nobody`` when root, so that a read-only folder is read-only to this process."""
-    if os.geteuid() == 0:
-        os.setegid(NOBODY)
-        os.seteuid(NOBODY)
+def _as_nobody(acc: Any, model: Any, out: Path) -> None:
+    """Drop to ``nobody`` when root, so that a read-only folder is read-only to this process.
+
+    First what a save, a load and a background save import is imported, as root (``nobody``
+    may not read root's Python).
+    """
+    if os.geteuid() != 0:
+        return
+    import concurrent.futures  # noqa: F401  (the background saves' thread pool)
+
+    import accelkw_async_checkpoint  # noqa: F401
+
+    import accelkw_core.runtime.checkpoints.staging  # noqa: F401
+
+    acc.save_state(out / "warm")
+    acc.load_state(out / "warm")
+    acc.wait_for_everyone()
+    os.setegid(NOBODY)
+    os.seteuid(NOBODY)
 
 
 def _model() -> Any:
@@ -121,6 +135,7 @@ def _sync_part(rank: int, out: Path, found: dict[str, Any]) -> None:
     optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
     model, optimizer = acc.prepare(model, optimizer)
     _step(acc, model, optimizer)
+    _as_nobody(acc, model, out)
     _prune(acc, rank, out / "sync", found, "prune")
     # A load whose last stage (the checked weights) rank 1 cannot apply: both raise, and rank 0
     # gives back the weights it had already taken.
@@ -134,49 +149,51 @@ def _sync_part(rank: int, out: Path, found: dict[str, Any]) -> None:
     acc.end_training()
 
 
-def _fail_commits_on_rank_0() -> Any:
-    """From now on, rank 0's background commits find their folder's parent read-only.
+def _fail_commit(rank: int, folder: Path) -> Any:
+    """Rank 0's background commit of ``folder`` finds its parent read-only.
 
     A real ``EACCES`` from the rename into place, on the committing rank only; undone by
-    calling what this returns.
+    calling what this returns, once the save was waited for.
     """
     from accelkw_core.runtime.checkpoints import durable
 
     real = durable.commit_folder
-    locked: list[Path] = []
 
     def commit_folder(temporary: Path, final: Path) -> None:
-        os.chmod(final.parent, 0o555)
-        locked.append(final.parent)
+        if final == folder:
+            os.chmod(final.parent, 0o555)
         real(temporary, final)
 
     def undo() -> None:
         durable.commit_folder = real  # type: ignore[assignment]
-        for folder in locked:
-            os.chmod(folder, 0o755)
+        if rank == 0:
+            os.chmod(folder.parent, 0o755)
 
-    durable.commit_folder = commit_folder  # type: ignore[assignment]
+    if rank == 0:
+        durable.commit_folder = commit_folder  # type: ignore[assignment]
     return undo
 
 
 def _async_part(rank: int, out: Path, found: dict[str, Any], manifest: str) -> None:
     import torch
 
+    from accelkw_core import ProjectConfiguration
+
     acc = _accelerator(async_saves=True)
     model = _model()
     optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
     model, optimizer = acc.prepare(model, optimizer)
     _step(acc, model, optimizer)
+    _as_nobody(acc, model, out)
     for name in ("a", "b", "c", "d", "e", "f"):
         (out / name).mkdir(exist_ok=True)
     acc.wait_for_everyone()
     # max_pending=2: save a fails in the background on rank 0 (every rank's commit of it fails,
     # agreed). Rank 0 sees it done long before its second save; rank 1 may not. Both raise it
     # at the third save, the first that must wait for it.
-    undo = _fail_commits_on_rank_0() if rank == 0 else (lambda: None)
+    undo = _fail_commit(rank, out / "a" / "ckpt")
     acc.save_state(out / "a" / "ckpt")
     if rank == 0:
-        undo()
         time.sleep(1.0)  # the failure is long known here: it must not be raised early
     calls = []
     for name in ("b", "c"):
@@ -184,18 +201,20 @@ def _async_part(rank: int, out: Path, found: dict[str, Any], manifest: str) -> N
         calls.append(f"{name}: {outcome}")
     found["pending-calls"] = calls
     acc.wait_for_everyone()
+    undo()
     # A failed background commit raised by each of the other calls that wait for saves.
     for name, call in (
         ("d", acc.wait_for_everyone),
         ("e", lambda: acc.load_state(out / "b" / "ckpt")),
     ):
-        undo = _fail_commits_on_rank_0() if rank == 0 else (lambda: None)
+        undo = _fail_commit(rank, out / name / "ckpt")
         acc.save_state(out / name / "ckpt")
         found[f"raised-by-{name}"] = _outcome(call)
         undo()
         acc.wait_for_everyone()
     _prune(acc, rank, out / "async", found, "async-prune")
-    undo = _fail_commits_on_rank_0() if rank == 0 else (lambda: None)
+    acc.project_configuration = ProjectConfiguration()
+    undo = _fail_commit(rank, out / "f" / "ckpt")
     acc.save_state(out / "f" / "ckpt")
     found["raised-by-end_training"] = _outcome(acc.end_training)
     undo()
@@ -204,13 +223,15 @@ def _async_part(rank: int, out: Path, found: dict[str, Any], manifest: str) -> N
     }
 
 
-def one_outcome(rank: int, run_dir: str) -> dict[str, Any]:
-    """Each injected failure of the module's docstring, in order; what this rank saw."""
+def one_outcome(rank: int, run_dir: str, async_saves: bool) -> dict[str, Any]:
+    """The injected failures of the module's docstring, synchronous or background saves
+    (one process group per launch); what this rank saw."""
     from accelkw_core.runtime.checkpoints.manifest import MANIFEST
 
     out = Path(run_dir)
-    _as_nobody()
     found: dict[str, Any] = {}
-    _sync_part(rank, out, found)
-    _async_part(rank, out, found, MANIFEST)
+    if async_saves:
+        _async_part(rank, out, found, MANIFEST)
+    else:
+        _sync_part(rank, out, found)
     return found

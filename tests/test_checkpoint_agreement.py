@@ -54,9 +54,17 @@ def run_dir(tmp_path: Path) -> Path:
 def test_a_failure_on_one_rank_gives_every_rank_the_same_outcome_with_no_hang(
     run_dir: Path,
 ) -> None:
-    r0, r1 = run_workers(
-        workers.one_outcome, 2, args=(str(run_dir),), timeout=240, env={"OMP_NUM_THREADS": "1"}
+    sync = run_workers(
+        workers.one_outcome,
+        2,
+        args=(str(run_dir), False),
+        timeout=120,
+        env={"OMP_NUM_THREADS": "1"},
     )
+    background = run_workers(
+        workers.one_outcome, 2, args=(str(run_dir), True), timeout=120, env={"OMP_NUM_THREADS": "1"}
+    )
+    r0, r1 = ({**s, **b} for s, b in zip(sync, background, strict=True))
     # A checkpoint rank 0 cannot prune: the new one is saved on both, one warning names the
     # old one, and the next save removes it.
     for r in (r0, r1):
