@@ -130,6 +130,8 @@ def _prune(acc: Any, rank: int, project: Path, found: dict[str, Any], key: str) 
 def _sync_part(rank: int, out: Path, found: dict[str, Any]) -> None:
     import torch
 
+    from accelkw_core import ProjectConfiguration
+
     acc = _accelerator(async_saves=False)
     model = _model()
     optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
@@ -137,6 +139,7 @@ def _sync_part(rank: int, out: Path, found: dict[str, Any]) -> None:
     _step(acc, model, optimizer)
     _as_nobody(acc, model, out)
     _prune(acc, rank, out / "sync", found, "prune")
+    acc.project_configuration = ProjectConfiguration()
     # A load whose last stage (the checked weights) rank 1 cannot apply: both raise, and rank 0
     # gives back the weights it had already taken.
     acc.save_state(out / "weights")

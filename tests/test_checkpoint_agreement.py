@@ -14,7 +14,9 @@ from __future__ import annotations
 
 import errno
 import os
+import shutil
 import signal
+import tempfile
 import threading
 from collections.abc import Iterator
 from dataclasses import dataclass, field
@@ -39,16 +41,22 @@ NOBODY = 65534
 
 
 @pytest.fixture
-def run_dir(tmp_path: Path) -> Path:
-    """A folder the workers (``nobody`` when the tests run as root) can write in."""
-    place = tmp_path / "run"
+def run_dir() -> Iterator[Path]:
+    """A folder the workers (``nobody`` when the tests run as root) can write in.
+
+    Outside pytest's own temporary folders: every pytest session of the machine's user makes
+    their root private again as it starts, which would lock ``nobody`` out mid-test.
+    """
+    base = Path(tempfile.mkdtemp(prefix="accelkw-agreement-"))
+    place = base / "run"
     place.mkdir()
     if os.geteuid() == 0:
-        for folder in (tmp_path, *tmp_path.parents):
-            if folder != Path("/"):
-                os.chmod(folder, os.stat(folder).st_mode | 0o011)  # others may pass through
+        os.chmod(base, 0o711)  # others may pass through
         os.chown(place, NOBODY, NOBODY)
-    return place
+    try:
+        yield place
+    finally:
+        shutil.rmtree(base)
 
 
 def test_a_failure_on_one_rank_gives_every_rank_the_same_outcome_with_no_hang(
