@@ -493,7 +493,13 @@ def load_checkpoint(
             raise error
     for note in read.notes:
         warnings.warn(f"load_state: {note}", CheckpointWarning, stacklevel=3)
-    for obj in read.absent:
-        if isinstance(obj, StartsFresh):
-            obj.checkpoint_loaded_without_state()
+    if read.absent:  # the same on every process: what the checkpoint lacks
+        error = None
+        try:
+            for obj in read.absent:
+                if isinstance(obj, StartsFresh):
+                    obj.checkpoint_loaded_without_state()
+        except Exception as exc:
+            error = exc
+        agree(state, error)
     return read.step
