@@ -96,7 +96,7 @@ class WriterLock:
             os.pwrite(fd, who, 0)
             os.ftruncate(fd, len(who))
         except OSError as exc:
-            with contextlib.suppress(FileNotFoundError):
+            with contextlib.suppress(OSError):
                 os.unlink(self.path)
             os.close(fd)
             raise write_error(self.path, exc) from exc
