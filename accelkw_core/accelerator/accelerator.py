@@ -529,8 +529,9 @@ class Accelerator:
         """Wait until every checkpoint ``save_state`` handed to a background writer is committed.
 
         Raises the :class:`~accelkw_core.errors.CheckpointError` of one that failed (the
-        checkpoint saved before it is kept). Without a ``checkpoint_executor`` contribution
-        (``save_state`` commits before it returns) there is nothing to wait for.
+        checkpoint saved before it is kept), on every process: call it on every process, which
+        agree on the outcome. Without a ``checkpoint_executor`` contribution (``save_state``
+        commits before it returns) there is nothing to wait for.
         """
         self._checkpoints.wait_for_checkpoints()
 
@@ -633,16 +634,25 @@ class Accelerator:
         atexit.unregister(self._atexit)
         # Pending saves first: a teardown may destroy the process group they agree on.
         saving_failure: BaseException | None = None
+        tracker_failures: list[tuple[str, BaseException]] = []
         try:
             self._checkpoints.wait_for_checkpoints()
         except Exception as failed:
             saving_failure = failed
-        tracker_failures = self._trackers.finish()
-        for name, exc in self.state.run_teardowns():
-            warnings.warn(
-                f"teardown of handler {name!r} failed: {type(exc).__name__}: {exc}", stacklevel=2
-            )
+        finally:
+            # Even when the wait is interrupted (Ctrl-C): the trackers finish and the
+            # teardowns run, once, and the interruption goes on after them.
+            try:
+                tracker_failures = list(self._trackers.finish())
+            finally:
+                for name, exc in self.state.run_teardowns():
+                    warnings.warn(
+                        f"teardown of handler {name!r} failed: {type(exc).__name__}: {exc}",
+                        stacklevel=2,
+                    )
         if saving_failure is not None:
+            for name, exc in tracker_failures:
+                saving_failure.add_note(f"tracker {name!r} failed to finish too: {exc!r}")
             raise saving_failure
         if tracker_failures:
             raise tracker_failures[0][1]

@@ -181,7 +181,11 @@ class CheckpointExecutor(Protocol):
     ``job.commit(group)`` once, where it likes (a thread of its own; ``group`` a process group
     of its own for a run of several processes). ``wait()`` returns once every submitted save
     is committed, and raises a failed one's error once; ``load_state``, ``wait_for_everyone``,
-    ``end_training`` and ``accelerator.wait_for_checkpoints()`` call it.
+    ``end_training`` and ``accelerator.wait_for_checkpoints()`` call it, and the processes
+    agree on its outcome before any raises. ``submit`` raising an earlier save's failure must
+    do so at the same call on every process: decide by the saves submitted (which it waits
+    for), never by which happen to be done already, or one process raises while another
+    stages the next save and waits for it in a collective.
     """
 
     def submit(self, job: SaveJob, /) -> None: ...

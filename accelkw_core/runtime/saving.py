@@ -24,6 +24,7 @@ from accelkw_core.errors import (
     CheckpointWarning,
     ConfigError,
 )
+from accelkw_core.runtime.checkpoints.agreement import agree
 from accelkw_core.runtime.checkpoints.deferred import SaveJob
 from accelkw_core.runtime.checkpoints.durable import remove_tree
 from accelkw_core.runtime.checkpoints.layout import Checkpointed
@@ -58,6 +59,17 @@ def project_configuration(
     if project_dir is not None and config.project_dir is None:
         config.set_directories(project_dir)
     return config
+
+
+def _one_line(exc: BaseException) -> str:
+    text = str(exc).strip()
+    line = text.splitlines()[0] if text else ""
+    return f"{type(exc).__name__}: {line}" if line else type(exc).__name__
+
+
+def _warn_prune(message: str) -> None:
+    # Raised from save_state, or from the thread that commits a background save.
+    warnings.warn(f"save_state: {message}", CheckpointWarning, stacklevel=4)
 
 
 def _directory(value: Any, what: str) -> Path:
@@ -104,17 +116,37 @@ class Checkpoints:
         return parent / f"checkpoint_{config.iteration}"
 
     def _prune(self) -> None:
+        """Remove the checkpoints beyond ``total_limit``, oldest first; best effort.
+
+        The newest ``total_limit`` complete checkpoints are kept and every numbered folder
+        older than them is removed (one a removal cut short left incomplete included, so it is
+        tried again). A folder that cannot be removed is one warning naming it and is tried
+        again at the next save: the new checkpoint is saved whatever happens here, and nothing
+        is raised, so the processes (only the main one prunes) never part ways over it.
+        """
         limit = self.project_configuration.total_limit
         if limit is None:
             return
-        complete = [
-            path
-            for _, path in numbered_checkpoints(self.project_configuration.checkpoints_dir())
-            if is_complete(path)
-        ]
-        for old in complete[: max(0, len(complete) - limit)]:
+        try:
+            present = numbered_checkpoints(self.project_configuration.checkpoints_dir())
+            complete = [number for number, path in present if is_complete(path)]
+        except Exception as exc:
+            _warn_prune(f"could not list the checkpoints to prune ({_one_line(exc)})")
+            return
+        if len(complete) <= limit:
+            return
+        oldest_kept = complete[-limit]
+        for number, old in present:
+            if number >= oldest_kept:
+                break
             logger.info("total_limit=%d: removing %s", limit, old)
-            remove_tree(old)
+            try:
+                remove_tree(old)
+            except Exception as exc:
+                _warn_prune(
+                    f"total_limit={limit}: could not remove {old} ({_one_line(exc)}); "
+                    "it is tried again at the next save"
+                )
 
     def save_state(
         self, output_dir: Any = None, safe_serialization: bool = True, **save_model_func_kwargs: Any
@@ -178,18 +210,40 @@ class Checkpoints:
         return job.notes
 
     def wait_for_checkpoints(self) -> None:
-        """Wait for the ``checkpoint_executor``'s pending saves; raises a failed one's error."""
-        for executor in self.state.values(CHECKPOINT_EXECUTOR):
-            executor.wait()
+        """Wait for the ``checkpoint_executor``'s pending saves; raises a failed one's error.
 
-    def _agreed_folder(self, folder: Path) -> Path:
-        # Every process must write into the folder the main process chose (automatic naming
-        # reads the file system, which another process may already have changed).
+        Every process calls it (it is part of ``load_state``, ``wait_for_everyone`` and
+        ``end_training``): the processes agree on the outcome before any raises, so all raise
+        (this process's own error, else the first failed process's) or none does. Ctrl-C while
+        waiting is raised at once, as it is, and the save goes on.
+        """
+        executors = self.state.values(CHECKPOINT_EXECUTOR)
+        if not executors:
+            return
+        error: Exception | None = None
+        try:
+            for executor in executors:
+                executor.wait()
+        except Exception as exc:
+            error = exc
+        agree(self.state, error)
+
+    def _agreed_folder(self, folder: Path, missing: CheckpointNotFoundError | None = None) -> Path:
+        """The folder the main process chose; raised on every process when it found none.
+
+        Every process must use the folder the main process chose (automatic naming reads the
+        file system, which another process may already have changed).
+        """
         from accelkw_core.runtime import collectives as ops
 
         if self.state.distributed and ops.has_group():
-            chosen = ops.gather_objects([str(folder)], self.state)[0]
+            mine = (str(folder), None if missing is None else missing.problem)
+            chosen, problem = ops.gather_objects([mine], self.state)[0]
+            if problem is not None:
+                raise missing or CheckpointNotFoundError(chosen, problem)
             return Path(chosen)
+        if missing is not None:
+            raise missing
         return folder
 
     def _barrier(self) -> None:
@@ -210,10 +264,16 @@ class Checkpoints:
         caller to set.
         """
         self.wait_for_checkpoints()
+        missing: CheckpointNotFoundError | None = None
         if input_dir is not None:
             folder = _directory(input_dir, "input_dir")
         elif self.project_configuration.automatic_checkpoint_naming:
-            folder = self._newest_complete()
+            try:
+                folder = self._newest_complete()
+            except CheckpointNotFoundError as exc:
+                # The main process's finding decides (the others load what it chose), and
+                # every process raises it.
+                folder, missing = exc.path, exc
         else:
             raise ConfigError(
                 "accelerator",
@@ -222,7 +282,7 @@ class Checkpoints:
                 "a checkpoint folder (or ProjectConfiguration(automatic_checkpoint_naming=True) "
                 "to load the newest)",
             )
-        folder = self._agreed_folder(folder)
+        folder = self._agreed_folder(folder, missing)
         logger.info("loading the run's state from %s", folder)
         return load_checkpoint(
             self.state,

@@ -245,9 +245,12 @@ class AcceleratorState:
     def run_teardowns(self) -> list[tuple[str, BaseException]]:
         """Run every teardown in reverse order, once; return the ones that raised.
 
-        A failing teardown never stops the others: each is tried, and its error returned.
+        A failing teardown never stops the others: each is tried, and its error returned. An
+        interruption (Ctrl-C) in one does not stop the others either: it is raised once every
+        teardown has run.
         """
         failures: list[tuple[str, BaseException]] = []
+        interrupted: BaseException | None = None
         stack = self._points.get(TEARDOWN.name, [])
         while stack:
             name, fn, _ = stack.pop()
@@ -258,6 +261,10 @@ class AcceleratorState:
             except Exception as exc:
                 failures.append((name, exc))
                 self.record(name, f"teardown failed: {type(exc).__name__}: {exc}", applied=False)
+            except BaseException as exc:
+                interrupted = interrupted or exc
+        if interrupted is not None:
+            raise interrupted
         return failures
 
     def reset_points(self) -> None:

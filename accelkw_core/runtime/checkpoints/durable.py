@@ -109,16 +109,27 @@ def open_new(path: Path) -> BinaryIO:
     return open(path, "wb")
 
 
+def is_full(exc: BaseException) -> bool:
+    """Whether ``exc`` says the disk is full (no space left, or the quota reached)."""
+    return isinstance(exc, OSError) and exc.errno in (errno.ENOSPC, errno.EDQUOT)
+
+
 def write_error(path: Path, exc: BaseException, doing: str = "written") -> CheckpointError:
-    """The one-line error for a failed write of ``path`` (a full disk says so in words)."""
+    """The one-line error for a failed write of ``path`` (a full disk says so in words).
+
+    Its ``__cause__`` is ``exc``, for an error kept to be raised later; raise it ``from exc``.
+    """
     if isinstance(exc, CheckpointError):
         return exc
-    if isinstance(exc, OSError) and exc.errno in (errno.ENOSPC, errno.EDQUOT):
+    if isinstance(exc, OSError) and is_full(exc):
         what = "no space left on the device" if exc.errno == errno.ENOSPC else "disk quota exceeded"
-        return CheckpointError(path, f"cannot be {doing}: {what}")
-    text = str(exc).strip().splitlines()
-    detail = f"{type(exc).__name__}: {text[0]}" if text else type(exc).__name__
-    return CheckpointError(path, f"cannot be {doing} ({detail})")
+        error = CheckpointError(path, f"cannot be {doing}: {what}")
+    else:
+        text = str(exc).strip().splitlines()
+        detail = f"{type(exc).__name__}: {text[0]}" if text else type(exc).__name__
+        error = CheckpointError(path, f"cannot be {doing} ({detail})")
+    error.__cause__ = exc
+    return error
 
 
 def aside_of(final: Path) -> Path:
@@ -149,7 +160,7 @@ def write_durably(path: Path, data: bytes | memoryview) -> FileEntry:
             fh.flush()
             os.fsync(fh.fileno())
     except OSError as exc:
-        raise write_error(path, exc) from None
+        raise write_error(path, exc) from exc
     return FileEntry(len(view), checksum(view))
 
 
@@ -172,7 +183,7 @@ def entry_of(path: Path) -> FileEntry:
         with mapped(path) as view:
             return FileEntry(len(view), checksum(view))
     except OSError as exc:
-        raise write_error(path, exc) from None
+        raise write_error(path, exc) from exc
 
 
 def fsync_tree(root: Path) -> None:

@@ -114,7 +114,7 @@ class CheckpointWriter:
             with durable.open_new(path) as fh:
                 fh.write(data)
         except OSError as exc:
-            raise write_error(path, exc) from None
+            raise write_error(path, exc) from exc
         self.record(name)
         return path
 
@@ -174,7 +174,7 @@ class CheckpointWriter:
         try:
             path.parent.mkdir(parents=True, exist_ok=True)
         except OSError as exc:
-            raise write_error(path.parent, exc, "created") from None
+            raise write_error(path.parent, exc, "created") from exc
         return path
 
     def record(self, name: str) -> None:
@@ -265,7 +265,7 @@ class CheckpointReader:
         try:
             return path.read_bytes()
         except OSError as exc:
-            raise CheckpointError(path, f"cannot be read ({exc.strerror or exc})") from None
+            raise CheckpointError(path, f"cannot be read ({exc.strerror or exc})") from exc
 
     def load(self, name: str, **load_kwargs: Any) -> Any:
         """``torch.load(weights_only=True)`` of ``name``, on the CPU; errors name the file."""

@@ -54,8 +54,9 @@ class _Step:
     apply: ApplyLoaded
     keep: Callable[[], Restore] | None
     #: Weights checked against the model's keys and shapes: copied into it in place, which
-    #: cannot refuse them, so they are applied last, once the processes agreed on the rest,
-    #: and no copy of the model is kept for them (it would cost as much as the load).
+    #: cannot refuse them, so they are applied last, once the processes agreed on the rest.
+    #: A copy of the model's own is still kept (in CPU memory): another process may fail in
+    #: that last stage, and then this one goes back too.
     checked: bool = False
 
 
@@ -84,6 +85,16 @@ def _kept_weights(
     def keep() -> Restore:
         saved = {k: v.detach().clone() for k, v in read().items()}
         return _bind(load, saved)
+
+    return keep
+
+
+def _kept_on_cpu(model: Any) -> Callable[[], Restore]:
+    """Keep a CPU copy of ``model``'s weights and buffers (no second copy on its device)."""
+
+    def keep() -> Restore:
+        saved = {k: v.detach().to("cpu", copy=True) for k, v in model.state_dict().items()}
+        return _bind(model.load_state_dict, saved)
 
     return keep
 
@@ -238,7 +249,12 @@ def _read_models(
         weights = _without_wrapper_prefix(weights, unwrapped, name, read.notes)
         _check_weights(reader.folder / name, unwrapped, weights, strict)
         read.steps.append(
-            _Step(label, _bind(unwrapped.load_state_dict, weights, **model_kwargs), None, True)
+            _Step(
+                label,
+                _bind(unwrapped.load_state_dict, weights, **model_kwargs),
+                _kept_on_cpu(unwrapped),
+                True,
+            )
         )
     for i, optimizer in enumerate(what.optimizers):
         name = numbered("optimizer.bin", i)
@@ -346,11 +362,11 @@ def _first_line(exc: BaseException) -> str:
 
 def _apply(
     steps: list[_Step], folder: Path
-) -> tuple[list[Restore], Restore | None, BaseException | None]:
+) -> tuple[list[Restore], Restore | None, CheckpointError | None]:
     """Apply each step, keeping its way back first; stops at the first that raises.
 
     Returns the ways back of the steps applied, that of the step that raised (its object may
-    be half changed), and the error.
+    be half changed), and the error, whose ``__cause__`` is what the object raised.
     """
     undo: list[Restore] = []
     for step in steps:
@@ -360,40 +376,38 @@ def _apply(
                 back = step.keep()
             step.apply()
         except Exception as exc:
-            return (
-                undo,
-                back,
-                CheckpointError(
-                    folder,
-                    f"could not be loaded into {step.label} ({_first_line(exc)}); every object "
-                    "the load had changed was restored",
-                ),
+            error = CheckpointError(
+                folder, f"could not be loaded into {step.label} ({_first_line(exc)})"
             )
+            error.__cause__ = exc
+            return undo, back, error
         if back is not None:
             undo.append(back)
     return undo, None, None
 
 
-def _restore(undo: list[Restore], refused: Restore | None, folder: Path) -> CheckpointError | None:
-    """Undo every applied step, last first; what went wrong doing it, or ``None``.
+def _restore(undo: list[Restore], refused: Restore | None, error: CheckpointError) -> None:
+    """Undo every applied step, last first, and say in ``error`` whether every one went back.
 
-    The object that refused its state is given its old one back too, on a best-effort basis:
-    the same ``load_state_dict`` may refuse that as well, when it changed nothing.
+    ``error`` is the failure that made the load go back and stays the one raised: a restore
+    that fails too is a note on it, never a replacement. The object that refused its state is
+    given its old one back too, on a best-effort basis: the same ``load_state_dict`` may
+    refuse that as well, when it changed nothing.
     """
     if refused is not None:
         with contextlib.suppress(Exception):
             refused()
-    problems = []
+    failed = 0
     for restore in reversed(undo):
         try:
             restore()
         except Exception as exc:
-            problems.append(_first_line(exc))
-    if problems:
-        return CheckpointError(
-            folder, f"could not be loaded, and restoring the objects failed too ({problems[0]})"
-        )
-    return None
+            failed += 1
+            error.add_note(f"restoring an object the load had changed failed: {_first_line(exc)}")
+    if failed:
+        error.problem += f"; {failed} of the objects it had changed could not be restored"
+    else:
+        error.problem += "; every object the load had changed was restored"
 
 
 def _recover_if_missing(state: AcceleratorState, folder: Path) -> BaseException | None:
@@ -466,19 +480,26 @@ def load_checkpoint(
         done, refused, error = _apply(stage, folder)
         undo += done
         if error is not None:
-            error = _restore(undo, refused, folder) or error
+            _restore(undo, refused, error)
         # Every process gets here, whatever happened: each stage is agreed like the reads.
         failed = failures(state, error)
         if failed and error is None:
             # Another process could not apply its part: this one goes back too.
-            _restore(undo, None, folder)
             rank, message = failed[0]
-            raise CheckpointError(f"(process {rank})", f"failed: {message}")
+            other = CheckpointError(f"(process {rank})", f"failed: {message}")
+            _restore(undo, None, other)
+            raise other
         if error is not None:
             raise error
     for note in read.notes:
         warnings.warn(f"load_state: {note}", CheckpointWarning, stacklevel=3)
-    for obj in read.absent:
-        if isinstance(obj, StartsFresh):
-            obj.checkpoint_loaded_without_state()
+    if read.absent:  # the same on every process: what the checkpoint lacks
+        error = None
+        try:
+            for obj in read.absent:
+                if isinstance(obj, StartsFresh):
+                    obj.checkpoint_loaded_without_state()
+        except Exception as exc:
+            error = exc
+        agree(state, error)
     return read.step

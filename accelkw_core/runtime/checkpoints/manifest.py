@@ -74,7 +74,7 @@ class Manifest:
         try:
             size = path.stat().st_size
         except OSError as exc:
-            raise _unreadable(path, exc) from None
+            raise _unreadable(path, exc) from exc
         self._check_size(folder, name, size, entry)
 
     def check_file(self, folder: Path, name: str) -> None:
@@ -87,7 +87,7 @@ class Manifest:
         except CheckpointError:
             raise  # an OSError too: it already says what is wrong
         except OSError as exc:
-            raise _unreadable(path, exc) from None
+            raise _unreadable(path, exc) from exc
 
     @staticmethod
     def _check_size(folder: Path, name: str, size: int, entry: FileEntry) -> None:
@@ -115,10 +115,10 @@ def _entries(raw: Any, path: Path) -> dict[str, FileEntry]:
     for name, value in raw.items():
         try:
             entries[str(name)] = FileEntry(int(value["size"]), int(value["xxh3_64"], 16))
-        except (KeyError, TypeError, ValueError):
+        except (KeyError, TypeError, ValueError) as exc:
             raise CheckpointError(
                 path, f"is damaged: not a valid manifest (entry {name!r} lacks size or xxh3_64)"
-            ) from None
+            ) from exc
     return entries
 
 
@@ -130,7 +130,7 @@ def read_manifest(folder: Path) -> Manifest | None:
     except FileNotFoundError:
         return None
     except OSError as exc:
-        raise _unreadable(path, exc) from None
+        raise _unreadable(path, exc) from exc
     try:
         raw = json.loads(data.decode("utf-8"))
         if not isinstance(raw, dict):
@@ -138,7 +138,7 @@ def read_manifest(folder: Path) -> Manifest | None:
         fmt = int(raw.get("format", 0))
     except (ValueError, TypeError) as exc:
         # A UnicodeDecodeError is a ValueError: a manifest of random bytes lands here too.
-        raise CheckpointError(path, f"is damaged: not a valid manifest ({_short(exc)})") from None
+        raise CheckpointError(path, f"is damaged: not a valid manifest ({_short(exc)})") from exc
     if fmt > FORMAT:
         raise CheckpointError(
             path,
@@ -155,7 +155,7 @@ def read_manifest(folder: Path) -> Manifest | None:
             format=fmt,
         )
     except (ValueError, TypeError) as exc:
-        raise CheckpointError(path, f"is damaged: not a valid manifest ({_short(exc)})") from None
+        raise CheckpointError(path, f"is damaged: not a valid manifest ({_short(exc)})") from exc
 
 
 def _short(exc: BaseException) -> str:

@@ -13,6 +13,7 @@ at once, the temporary folder is removed and the previous checkpoint is left as 
 
 from __future__ import annotations
 
+import contextlib
 import os
 from collections.abc import Sequence
 from pathlib import Path
@@ -116,9 +117,25 @@ def _sweep(folder: Path) -> list[str]:
         # Ours are stale: this process holds our lock and has not made its temporary yet.
         if owner is None or (owner != folder.name and is_held(folder.with_name(owner))):
             continue
-        durable.remove_tree(stale)
+        try:
+            durable.remove_tree(stale)
+        except OSError as exc:
+            # It holds no checkpoint: left there, it stands in no save's way.
+            notes.append(f"could not remove {stale.name}, left by a save that failed ({exc})")
+            continue
         notes.append(f"removed {stale.name}, left by a save that was interrupted")
     return notes
+
+
+def _discard(temporary: Path) -> None:
+    """Remove the temporary folder of a failed save, on a best-effort basis.
+
+    Called before the processes agree on the failure: a removal that fails too must not make
+    this process raise something else, or skip the agreement. The next save sweeps what is
+    left (it holds no checkpoint under a final name).
+    """
+    with contextlib.suppress(OSError):
+        durable.remove_tree(temporary)
 
 
 def _prepare_target(folder: Path) -> list[str]:
@@ -129,7 +146,7 @@ def _prepare_target(folder: Path) -> list[str]:
     try:
         folder.parent.mkdir(parents=True, exist_ok=True)
     except OSError as exc:
-        raise durable.write_error(folder.parent, exc, "created") from None
+        raise durable.write_error(folder.parent, exc, "created") from exc
     _check_replaceable(folder)
     recovered = recover_commit(folder)
     if recovered:
@@ -205,7 +222,7 @@ def _start(
         try:
             temporary.mkdir()
         except OSError as exc:
-            raise durable.write_error(temporary, exc, "created") from None
+            raise durable.write_error(temporary, exc, "created") from exc
         return temporary, notes, None
     except BaseException as exc:
         return None, [], exc
@@ -277,7 +294,7 @@ def begin_save(
                 if isinstance(writer, StagingWriter):
                     writer.abandon()
                 if committer:
-                    durable.remove_tree(temporary)
+                    _discard(temporary)
                 raise_agreed(error, failed)
     except BaseException:
         if lock is not None:
@@ -362,7 +379,7 @@ class PendingSave:
             entries = _gather_entries(state, writer, error, per_node=self._per_node, group=group)
             if error is not None or entries is None:
                 if committer:
-                    durable.remove_tree(temporary)
+                    _discard(temporary)
                 agree(state, error, group)
                 raise CheckpointError(temporary, "was not written whole by every process")
             if committer:
@@ -380,7 +397,7 @@ class PendingSave:
                         if isinstance(exc, OSError)
                         else exc
                     )
-                    durable.remove_tree(temporary)
+                    _discard(temporary)
             # The commit is agreed like the writes: a failed one raises on every process at once.
             raise_agreed(error, failures(state, error, group))
             return self.folder
