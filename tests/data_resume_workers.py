@@ -1,0 +1,103 @@
+"""A training script with a streamed loader and an evaluated one, for tests/test_data_resumes.py.
+
+Each epoch trains one model on an ``IterableDataset`` (deterministic, reordered by ``set_epoch``)
+under ``accumulate``, another on a shuffled map-style loader, then evaluates the second over an
+evaluation loader (which draws from torch's generator as every pass does), as a Hugging Face
+``*_no_trainer.py`` script does. Both models have dropout, so any difference in torch's global
+generator shows in the weights. The uninterrupted run saves ``epoch_0`` after the first epoch's
+evaluation and ``mid`` inside the second epoch's stream; the resumed runs start from either.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import torch
+
+EPOCHS = 2
+MID = 2  # batches of the second epoch's stream before the ``mid`` checkpoint (a sync step)
+
+
+class Stream(torch.utils.data.IterableDataset):  # type: ignore[type-arg]
+    """13 fixed samples in an order drawn from ``seed + epoch`` (as a streaming shuffle does)."""
+
+    def __init__(self) -> None:
+        generator = torch.Generator().manual_seed(5)
+        self.x = torch.randn(13, 4, generator=generator)
+        self.y = torch.randn(13, 1, generator=generator)
+        self.epoch = 0
+
+    def set_epoch(self, epoch: int) -> None:
+        self.epoch = epoch
+
+    def __iter__(self) -> Any:
+        order = torch.randperm(13, generator=torch.Generator().manual_seed(100 + self.epoch))
+        return ((self.x[i], self.y[i]) for i in order.tolist())
+
+
+def _model() -> torch.nn.Module:
+    return torch.nn.Sequential(
+        torch.nn.Linear(4, 8), torch.nn.Dropout(0.3), torch.nn.ReLU(), torch.nn.Linear(8, 1)
+    )
+
+
+def train(rank: int, folder: str, resume: str | None) -> dict[str, Any]:
+    """Train; return the final weights of both models and, per epoch, the stream's sync flags."""
+    from accelkw_core import Accelerator
+    from accelkw_core.discovery.registry import Registry
+    from accelkw_core.utils import set_seed
+
+    accelerator = Accelerator(
+        cpu=True,
+        gradient_accumulation_steps=2,
+        registry=Registry(allow=["ddp", "process_group", "grad_accum"]),
+    )
+    set_seed(11)
+    streamed, shuffled = _model(), _model()
+    opt_a = torch.optim.SGD(streamed.parameters(), lr=0.05)
+    opt_b = torch.optim.SGD(shuffled.parameters(), lr=0.05)
+    table = torch.utils.data.TensorDataset(torch.randn(22, 4), torch.randn(22, 1))
+    stream = torch.utils.data.DataLoader(Stream(), batch_size=2)
+    train_loader = torch.utils.data.DataLoader(table, batch_size=3, shuffle=True)
+    eval_loader = torch.utils.data.DataLoader(table, batch_size=4)
+    streamed, shuffled, opt_a, opt_b, stream, train_loader, eval_loader = accelerator.prepare(
+        streamed, shuffled, opt_a, opt_b, stream, train_loader, eval_loader
+    )
+    start, done = 0, 0
+    if resume is not None:
+        accelerator.load_state(str(Path(folder) / resume))
+        start, done = 1, (MID if resume == "mid" else 0)
+    synced: list[list[bool]] = []
+    for epoch in range(start, EPOCHS):
+        streamed.train()
+        shuffled.train()
+        flags = []
+        source = accelerator.skip_first_batches(stream, done) if done else stream
+        for step, (x, y) in enumerate(source, start=done):
+            with accelerator.accumulate(streamed):
+                accelerator.backward(torch.nn.functional.mse_loss(streamed(x), y))
+                opt_a.step()
+                opt_a.zero_grad()
+            flags.append(accelerator.sync_gradients)
+            if resume is None and epoch == 1 and step == MID - 1:
+                accelerator.save_state(str(Path(folder) / "mid"))
+        done = 0
+        synced.append(flags)
+        for x, y in train_loader:
+            accelerator.backward(torch.nn.functional.mse_loss(shuffled(x), y))
+            opt_b.step()
+            opt_b.zero_grad()
+        shuffled.eval()
+        with torch.no_grad():
+            for x, _ in eval_loader:
+                accelerator.gather_for_metrics(shuffled(x))
+        if resume is None and epoch == 0:
+            accelerator.save_state(str(Path(folder) / "epoch_0"))
+    weights = [
+        p.detach().clone()
+        for model in (streamed, shuffled)
+        for p in accelerator.unwrap_model(model).parameters()
+    ]
+    accelerator.end_training()
+    return {"weights": [w.tolist() for w in weights], "synced": synced}
