@@ -588,6 +588,11 @@ def prepare_data_loader(
     if dispatch:
         _check_split(config, size, state)
         kwargs.pop("generator", None)  # the pass's base seed comes from torch's generator
+        state.record(
+            "accelerator",
+            f"data loader dispatched from the main process to {state.world_size} process(es) "
+            f"({'each batch split' if config.split_batches else 'batches joined and split'})",
+        )
         return DispatchingDataLoader(
             loader.dataset,
             batch_sampler=batch_sampler,

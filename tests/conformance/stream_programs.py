@@ -35,13 +35,15 @@ class Numbers(torch.utils.data.IterableDataset):  # type: ignore[type-arg]
 LOADERS = (("sized", 4, False, 11, True), ("unsized-drop-last", 2, True, 13, False))
 
 
-def _seen(accelerator: Any, loader: Any) -> dict[str, Any]:
+def _seen(accelerator: Any, loader: Any, skip: bool = True) -> dict[str, Any]:
     batches, ends, metrics = [], [], []
     for batch in loader:
         batches.append(batch.flatten().tolist())
         ends.append(bool(accelerator.gradient_state.end_of_dataloader))
         metrics.append(accelerator.gather_for_metrics(batch).flatten().tolist())
-    skipped = [b.flatten().tolist() for b in accelerator.skip_first_batches(loader, 1)]
+    skipped = (
+        [b.flatten().tolist() for b in accelerator.skip_first_batches(loader, 1)] if skip else None
+    )
     try:
         length = len(loader)
     except TypeError:
@@ -71,5 +73,11 @@ def stream_worker(rank: int, name: str) -> dict[str, Any]:
                 )
                 loader = accelerator.prepare(loader)
                 out[f"{label} split={split} dispatch={dispatch}"] = _seen(accelerator, loader)
+            if dispatch:
+                # A map-style loader dispatched too (skip_first_batches counts differently: the
+                # dataloader-config-refused row).
+                table = torch.arange(11, dtype=torch.float32).unsqueeze(1)
+                loader = accelerator.prepare(torch.utils.data.DataLoader(table, batch_size=4))
+                out[f"map-style split={split}"] = _seen(accelerator, loader, skip=False)
     accelerator.end_training()
     return out
