@@ -101,3 +101,35 @@ def train(rank: int, folder: str, resume: str | None) -> dict[str, Any]:
     ]
     accelerator.end_training()
     return {"weights": [w.tolist() for w in weights], "synced": synced}
+
+
+class Words(torch.utils.data.IterableDataset):  # type: ignore[type-arg]
+    """Strings, which a default collate leaves as lists: nothing to cut among processes."""
+
+    def __iter__(self) -> Any:
+        return iter(["a", "b", "c", "d"])
+
+
+def dispatch_refusals(rank: int) -> list[str]:
+    """Each process's error for a stream of strings dispatched, then for one that raises."""
+    from accelkw_core import Accelerator
+    from accelkw_core.discovery.registry import Registry
+
+    accelerator = Accelerator(cpu=True, registry=Registry(allow=["ddp", "process_group"]))
+    errors = []
+    for dataset in (Words(), Broken()):
+        loader = accelerator.prepare(torch.utils.data.DataLoader(dataset, batch_size=2))
+        try:
+            list(loader)
+        except Exception as error:
+            errors.append(f"{type(error).__name__}: {error}")
+    accelerator.end_training()
+    return errors
+
+
+class Broken(torch.utils.data.IterableDataset):  # type: ignore[type-arg]
+    """A stream whose reading fails on its second sample."""
+
+    def __iter__(self) -> Any:
+        yield torch.zeros(1)
+        raise OSError("the shard went away")

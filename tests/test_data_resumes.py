@@ -37,3 +37,16 @@ def test_stream_and_epoch_boundary_resumes_are_bit_identical(
         for rank in range(world_size):
             assert resumed[rank]["weights"] == whole[rank]["weights"], f"{resume}, rank {rank}"
     assert resumed[0]["synced"] == [expected[workers.MID :]]
+
+
+def test_a_dispatched_stream_that_cannot_be_cut_or_read_fails_on_every_process() -> None:
+    errors = run_workers(workers.dispatch_refusals, 2, env={"OMP_NUM_THREADS": "1"}, timeout=120)
+    for rank, (words, broken) in enumerate(errors):
+        assert "must hold only tensors" in words and "holds ['str']" in words, words
+        assert "dispatch_batches=False" in words
+        if rank == 0:
+            assert words.startswith("AccelkwError: dispatch_batches: a dispatched batch")
+            assert broken == "OSError: the shard went away"
+        else:
+            assert broken.startswith("AccelkwError: dispatch_batches: the main process failed")
+            assert "OSError: the shard went away" in broken

@@ -154,29 +154,85 @@ def _next_global(
     device: Any,
     to_device: Callable[[Any], Any],
 ) -> Any:
-    """The next global batch on every process (``None`` at the end), read and sent by process 0."""
+    """The next global batch on every process (``None`` at the end), read and sent by process 0.
+
+    An error while process 0 reads or joins the batch is raised on every process (the others
+    would otherwise wait in the broadcast for ever): as itself on process 0, naming it on the
+    others.
+    """
     batch: Any = None
+    failure: BaseException | None = None
     if rank == 0:
-        parts: list[Any] = []
         try:
-            for _ in range(1 if split_batches else num_processes):
-                parts.append(next(cast(Iterator[Any], batches)))
-        except StopIteration:
-            if split_batches or drop_last:
-                parts = []
-        if parts:
-            batch = to_device(_concatenate(parts))
-    return _broadcast(batch, rank, device)
+            batch = _read_global(batches, num_processes, split_batches, drop_last, to_device)
+        except Exception as error:
+            failure = error
+    return _broadcast(batch, rank, device, failure)
 
 
-def _broadcast(batch: Any, rank: int, device: Any) -> Any:
+def _read_global(
+    batches: Iterator[Any] | None,
+    num_processes: int,
+    split_batches: bool,
+    drop_last: bool,
+    to_device: Callable[[Any], Any],
+) -> Any:
+    parts: list[Any] = []
+    try:
+        for _ in range(1 if split_batches else num_processes):
+            parts.append(next(cast(Iterator[Any], batches)))
+    except StopIteration:
+        if split_batches or drop_last:
+            parts = []
+    if not parts:
+        return None
+    batch = to_device(_concatenate(parts))
+    leaves = _foreign_leaves(batch)
+    if leaves and _world_size() > 1:
+        raise AccelkwError(
+            "dispatch_batches: a dispatched batch must hold only tensors (and lists, tuples "
+            f"and dicts of them) to be cut among the processes; this one holds {leaves}; "
+            "collate them into tensors, or set DataLoaderConfiguration(dispatch_batches=False) "
+            "so each process reads its own share"
+        )
+    return batch
+
+
+class _Failed(NamedTuple):
+    """What process 0 sends instead of a batch when reading it failed."""
+
+    message: str
+
+
+def _world_size() -> int:
+    import torch.distributed as dist
+
+    if dist.is_available() and dist.is_initialized():
+        return dist.get_world_size()
+    return 1
+
+
+def _broadcast(batch: Any, rank: int, device: Any, failure: BaseException | None = None) -> Any:
     """``batch`` of process 0 on every process: its layout as an object, then its tensors."""
     import torch.distributed as dist
 
-    if not (dist.is_available() and dist.is_initialized()) or dist.get_world_size() == 1:
+    if _world_size() == 1:
+        if failure is not None:
+            raise failure
         return batch
-    layout = [_layout(batch) if rank == 0 else None]
+    if failure is not None:
+        sent: Any = _Failed(f"{type(failure).__name__}: {failure}")
+    else:
+        sent = _layout(batch) if rank == 0 else None
+    layout = [sent]
     dist.broadcast_object_list(layout, src=0)
+    if failure is not None:
+        raise failure
+    if isinstance(layout[0], _Failed):
+        raise AccelkwError(
+            f"dispatch_batches: the main process failed to read the next batch to dispatch "
+            f"({layout[0].message}); see its traceback"
+        )
     if layout[0] is None:
         return None
     tensors = _tensors(batch) if rank == 0 else _empty_tensors(layout[0], device)
@@ -201,6 +257,17 @@ def _layout(data: Any) -> Any:
     if isinstance(data, list | tuple):
         return type(data)(_layout(v) for v in data)
     return data
+
+
+def _foreign_leaves(data: Any) -> list[str]:
+    """The type names of what in ``data`` is neither a tensor nor a container of tensors."""
+    if isinstance(data, torch.Tensor):
+        return []
+    if isinstance(data, dict):
+        return sorted({n for v in data.values() for n in _foreign_leaves(v)})
+    if isinstance(data, list | tuple):
+        return sorted({n for v in data for n in _foreign_leaves(v)})
+    return [type(data).__name__]
 
 
 def _tensors(data: Any) -> list[torch.Tensor]:
@@ -281,8 +348,8 @@ def _concatenate(parts: list[Any]) -> Any:
     if isinstance(head, list | tuple):
         return type(head)(_concatenate(list(col)) for col in zip(*parts, strict=True))
     raise AccelkwError(
-        f"dispatch_batches: cannot join the {type(head).__name__} values of {len(parts)} "
-        "batches into one global batch (only tensors, and lists, tuples and dicts of them, "
-        "join); collate them into tensors, set split_batches=True (one batch is read and "
-        "split), or set dispatch_batches=False so each process reads its own share"
+        "dispatch_batches: a dispatched batch must hold only tensors (and lists, tuples and "
+        f"dicts of them) to be joined and cut among the processes; this one holds "
+        f"{[type(head).__name__]}; collate them into tensors, or set "
+        "DataLoaderConfiguration(dispatch_batches=False) so each process reads its own share"
     )
