@@ -36,6 +36,20 @@ class Stream(torch.utils.data.IterableDataset):  # type: ignore[type-arg]
         return ((self.x[i], self.y[i]) for i in order.tolist())
 
 
+class SeededStream(torch.utils.data.IterableDataset):  # type: ignore[type-arg]
+    """The same samples in an order drawn from its own ``generator``, with no ``set_epoch``: a
+    sharded loader seeds that generator with the epoch at each pass (Accelerate's rule)."""
+
+    def __init__(self) -> None:
+        self.samples = Stream()
+        self.generator = torch.Generator()
+
+    def __iter__(self) -> Any:
+        x, y = self.samples.x, self.samples.y
+        order = torch.randperm(13, generator=self.generator)
+        return ((x[i], y[i]) for i in order.tolist())
+
+
 def _model() -> torch.nn.Module:
     return torch.nn.Sequential(
         torch.nn.Linear(4, 8), torch.nn.Dropout(0.3), torch.nn.ReLU(), torch.nn.Linear(8, 1)
@@ -43,10 +57,10 @@ def _model() -> torch.nn.Module:
 
 
 def train(rank: int, folder: str, resume: str | None) -> dict[str, Any]:
-    """Train; return the final weights of both models and, per epoch, the stream's sync flags."""
+    """Train; the final weights, the dispatched stream's sync flags per epoch, the refusals."""
     from accelkw_core import Accelerator
     from accelkw_core.discovery.registry import Registry
-    from accelkw_core.utils import set_seed
+    from accelkw_core.utils import DataLoaderConfiguration, set_seed
 
     accelerator = Accelerator(
         cpu=True,
@@ -54,9 +68,10 @@ def train(rank: int, folder: str, resume: str | None) -> dict[str, Any]:
         registry=Registry(allow=["ddp", "process_group", "grad_accum"]),
     )
     set_seed(11)
-    streamed, shuffled = _model(), _model()
+    streamed, shuffled, sharded = _model(), _model(), _model()
     opt_a = torch.optim.SGD(streamed.parameters(), lr=0.05)
     opt_b = torch.optim.SGD(shuffled.parameters(), lr=0.05)
+    opt_c = torch.optim.SGD(sharded.parameters(), lr=0.05)
     table = torch.utils.data.TensorDataset(torch.randn(22, 4), torch.randn(22, 1))
     stream = torch.utils.data.DataLoader(Stream(), batch_size=2)
     train_loader = torch.utils.data.DataLoader(table, batch_size=3, shuffle=True)
@@ -64,17 +79,25 @@ def train(rank: int, folder: str, resume: str | None) -> dict[str, Any]:
     streamed, shuffled, opt_a, opt_b, stream, train_loader, eval_loader = accelerator.prepare(
         streamed, shuffled, opt_a, opt_b, stream, train_loader, eval_loader
     )
-    start, done = 0, 0
+    # A second stream read by every process, each keeping its share (not dispatched).
+    accelerator.dataloader_config = DataLoaderConfiguration(dispatch_batches=False)
+    sharded, opt_c, shards = accelerator.prepare(
+        sharded, opt_c, torch.utils.data.DataLoader(SeededStream(), batch_size=2)
+    )
+    start, skip_a, skip_c = 0, 0, 0
     if resume is not None:
         accelerator.load_state(str(Path(folder) / resume))
-        start, done = 1, (MID if resume == "mid" else 0)
+        # Where each stream of the second epoch was when the checkpoint was saved.
+        start, skip_a, skip_c = {"epoch_0": (1, 0, 0), "mid": (1, MID, 0)}.get(
+            resume, (1, None, MID)
+        )
     synced: list[list[bool]] = []
     for epoch in range(start, EPOCHS):
         streamed.train()
         shuffled.train()
         flags = []
-        source = accelerator.skip_first_batches(stream, done) if done else stream
-        for step, (x, y) in enumerate(source, start=done):
+        source = accelerator.skip_first_batches(stream, skip_a) if skip_a else stream
+        for step, (x, y) in enumerate(source if skip_a is not None else (), start=skip_a or 0):
             with accelerator.accumulate(streamed):
                 accelerator.backward(torch.nn.functional.mse_loss(streamed(x), y))
                 opt_a.step()
@@ -82,7 +105,14 @@ def train(rank: int, folder: str, resume: str | None) -> dict[str, Any]:
             flags.append(accelerator.sync_gradients)
             if resume is None and epoch == 1 and step == MID - 1:
                 accelerator.save_state(str(Path(folder) / "mid"))
-        done = 0
+        source = accelerator.skip_first_batches(shards, skip_c) if skip_c else shards
+        for step, (x, y) in enumerate(source, start=skip_c):
+            accelerator.backward(torch.nn.functional.mse_loss(sharded(x), y))
+            opt_c.step()
+            opt_c.zero_grad()
+            if resume is None and epoch == 1 and step == MID - 1:
+                accelerator.save_state(str(Path(folder) / "mid_sharded"))
+        skip_a, skip_c = 0, 0
         synced.append(flags)
         for x, y in train_loader:
             accelerator.backward(torch.nn.functional.mse_loss(shuffled(x), y))
@@ -96,11 +126,12 @@ def train(rank: int, folder: str, resume: str | None) -> dict[str, Any]:
             accelerator.save_state(str(Path(folder) / "epoch_0"))
     weights = [
         p.detach().clone()
-        for model in (streamed, shuffled)
+        for model in (streamed, shuffled, sharded)
         for p in accelerator.unwrap_model(model).parameters()
     ]
+    refused = _dispatch_refusals(accelerator) if resume is None else []
     accelerator.end_training()
-    return {"weights": [w.tolist() for w in weights], "synced": synced}
+    return {"weights": [w.tolist() for w in weights], "synced": synced, "refused": refused}
 
 
 class Words(torch.utils.data.IterableDataset):  # type: ignore[type-arg]
@@ -110,12 +141,9 @@ class Words(torch.utils.data.IterableDataset):  # type: ignore[type-arg]
         return iter(["a", "b", "c", "d"])
 
 
-def dispatch_refusals(rank: int) -> list[str]:
-    """Each process's error for a stream of strings dispatched, then for one that raises."""
-    from accelkw_core import Accelerator
-    from accelkw_core.discovery.registry import Registry
-
-    accelerator = Accelerator(cpu=True, registry=Registry(allow=["ddp", "process_group"]))
+def _dispatch_refusals(accelerator: Any) -> list[str]:
+    """This process's error for a stream of strings dispatched, then for one that raises."""
+    accelerator.dataloader_config = type(accelerator.dataloader_config)()
     errors = []
     for dataset in (Words(), Broken()):
         loader = accelerator.prepare(torch.utils.data.DataLoader(dataset, batch_size=2))
@@ -123,7 +151,6 @@ def dispatch_refusals(rank: int) -> list[str]:
             list(loader)
         except Exception as error:
             errors.append(f"{type(error).__name__}: {error}")
-    accelerator.end_training()
     return errors
 
 

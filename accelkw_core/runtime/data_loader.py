@@ -166,11 +166,19 @@ class PreparedDataLoader(DataLoader[Any]):
         """The generator a shuffling sampler draws each pass's order from, if it has one.
 
         The one ``prepare`` gives a shuffling loader of a multi-process run, or the user's
-        (``DataLoader(..., generator=...)``). A sampler without one draws a fresh seed from
-        torch's global generator at each pass, which a checkpoint cannot tell apart later.
+        (``DataLoader(..., generator=...)``); for a stream, the ``torch.Generator`` its dataset
+        keeps as ``generator`` (Accelerate's convention for a shuffling ``IterableDataset``). A
+        sampler without one draws a fresh seed from torch's global generator at each pass,
+        which a checkpoint cannot tell apart later.
         """
         if self.synchronized_generator is not None:
             return self.synchronized_generator
+        dataset = self.dataset
+        if isinstance(dataset, IterableShard):
+            dataset = dataset.dataset
+        if isinstance(dataset, IterableDataset):
+            generator = getattr(dataset, "generator", None)
+            return generator if isinstance(generator, torch.Generator) else None
         sampler = getattr(self.batch_sampler, "batch_sampler", self.batch_sampler)
         inner = getattr(sampler, "sampler", None)
         return getattr(inner, "generator", None) if isinstance(inner, RandomSampler) else None
