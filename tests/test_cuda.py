@@ -1,8 +1,9 @@
 """Every CUDA path, run when CUDA is available and skipped otherwise: ``pytest -m cuda``.
 
 nccl process group, CUDA autocast (fp16 and bf16) on a prepared model, the CUDA GradScaler
-(compared with Accelerate's), the CUDA profiler activity, DDP ``device_ids`` and the bf16
-communication hook, a stream's batches placed on the device. The multi-process ones need two GPUs (one nccl rank per device).
+(compared with Accelerate's), the CUDA profiler activity, DDP ``device_ids``, the bf16
+communication hook and a stream's batches placed on the device. The multi-process ones need two
+GPUs (one nccl rank per device).
 """
 
 from __future__ import annotations
