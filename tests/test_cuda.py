@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
+from typing import Any
 
 import pytest
 import torch
@@ -109,7 +110,7 @@ def test_a_streams_batches_land_on_the_cuda_device(dispatch: bool) -> None:
     from accelkw_core.utils import DataLoaderConfiguration
 
     class Numbers(torch.utils.data.IterableDataset):  # type: ignore[type-arg]
-        def __iter__(self):  # type: ignore[no-untyped-def]
+        def __iter__(self) -> Any:
             return (torch.tensor([float(i)]) for i in range(5))
 
     config = DataLoaderConfiguration(dispatch_batches=dispatch)
