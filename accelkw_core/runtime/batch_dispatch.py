@@ -28,10 +28,10 @@ __all__ = ["DispatchedBatch", "IterableShard", "dispatched_batches"]
 
 
 class IterableShard(IterableDataset[Any]):
-    """The samples of ``dataset`` that fall to process ``rank`` of ``num_processes``.
+    """The samples of ``dataset`` that fall to process ``process_index`` of ``num_processes``.
 
     The stream is cut into global batches of ``batch_size * num_processes`` samples
-    (``batch_size`` with ``split_batches``); process ``rank`` keeps the ``rank``-th equal part of
+    (``batch_size`` with ``split_batches``); process ``process_index`` keeps its equal part of
     each, so a loader over the shard with the per-process batch size gives each process its own
     batch of every global one. Unless ``drop_last``, a last, short global batch is completed
     with samples from the start of the pass; with it, the short batch is dropped. A dataset
@@ -45,14 +45,14 @@ class IterableShard(IterableDataset[Any]):
         batch_size: int = 1,
         drop_last: bool = False,
         num_processes: int = 1,
-        rank: int = 0,
+        process_index: int = 0,
         split_batches: bool = False,
     ) -> None:
         self.dataset = dataset
         self.batch_size = batch_size
         self.drop_last = drop_last
         self.num_processes = num_processes
-        self.rank = rank
+        self.process_index = process_index
         self.split_batches = split_batches
         self.epoch = 0
 
@@ -76,7 +76,7 @@ class IterableShard(IterableDataset[Any]):
         n = self.num_processes
         whole = self.batch_size if self.split_batches else self.batch_size * n
         part = self.batch_size // n if self.split_batches else self.batch_size
-        mine = slice(self.rank * part, (self.rank + 1) * part)
+        mine = slice(self.process_index * part, (self.process_index + 1) * part)
         first: list[Any] | None = None
         batch: list[Any] = []
         for sample in self.dataset:

@@ -748,7 +748,7 @@ def _prepare_stream(
         batch_size=size,
         drop_last=loader.drop_last,
         num_processes=n,
-        rank=state.rank,
+        process_index=state.rank,
         split_batches=split,
     )
     state.record(
