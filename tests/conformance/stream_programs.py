@@ -79,5 +79,8 @@ def stream_worker(rank: int, name: str) -> dict[str, Any]:
                 table = torch.arange(11, dtype=torch.float32).unsqueeze(1)
                 loader = accelerator.prepare(torch.utils.data.DataLoader(table, batch_size=4))
                 out[f"map-style split={split}"] = _seen(accelerator, loader, skip=False)
+    # skip_first_batches of a loader prepare() did not make: a plain loader that drops them.
+    plain = torch.utils.data.DataLoader(Numbers(7, False), batch_size=2)
+    out["plain skipped"] = [b.flatten().tolist() for b in accelerator.skip_first_batches(plain, 2)]
     accelerator.end_training()
     return out

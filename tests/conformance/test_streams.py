@@ -5,7 +5,7 @@ by the processes, with ``split_batches`` on and off and ``dispatch_batches`` on,
 (Accelerate's default: dispatched), with and without ``drop_last`` and a length; every batch each
 rank sees, where the loader says it ends, what ``gather_for_metrics`` keeps of each batch, the
 batches after ``skip_first_batches(loader, 1)`` and ``len(loader)`` must be equal; and so for a
-map-style loader with ``dispatch_batches=True``.
+map-style loader with ``dispatch_batches=True``, and for ``skip_first_batches`` of a plain one.
 """
 
 from __future__ import annotations
@@ -21,7 +21,7 @@ def test_a_stream_is_sharded_and_dispatched_as_accelerate_does(accelerate: Modul
     env = {"ACCELKW_PLUGINS": BUILTINS, "OMP_NUM_THREADS": "1"}
     ref = run_workers(programs.stream_worker, 2, args=("accelerate",), env=env, timeout=240)
     ours = run_workers(programs.stream_worker, 2, args=("accelkw",), env=env, timeout=240)
-    assert len(ref[0]) == 14  # 2 split x 3 dispatch settings x 2 streams, 2 map-style
+    assert len(ref[0]) == 15  # 2 split x 3 dispatch settings x 2 streams, 2 map-style, 1 plain
     for rank in (0, 1):
         for case, seen in ref[rank].items():
             assert ours[rank][case] == seen, f"rank {rank}, {case}"
@@ -35,3 +35,4 @@ def test_a_stream_is_sharded_and_dispatched_as_accelerate_does(accelerate: Modul
     assert dispatched["batches"] == [[4.0, 5.0, 6.0, 7.0], [10.0, 0.0]]
     assert dispatched["ends"] == [False, True]
     assert dispatched["metrics"][-1] == [8.0, 9.0, 10.0]
+    assert ours[0]["plain skipped"] == [[4.0, 5.0], [6.0]]
