@@ -119,11 +119,14 @@ def dispatched_batches(
     With ``split_batches`` each batch of ``batches`` is a global batch; without it, the next
     ``num_processes`` batches are concatenated into one. Each global batch is broadcast (moved
     to the run's device by ``to_device`` first, so that the backend can send it; the others
-    receive it on ``device``) and cut into ``num_processes`` equal
-    slices along its first dimension. Unless ``drop_last``, a last global batch that does not
+    receive it on ``device``) and cut into ``num_processes`` equal slices along its first
+    dimension. Unless ``drop_last``, a last global batch that does not
     divide is completed with samples of the first one; with it, what does not divide is left
     out. A global batch is read one ahead, so the slice of the last one says so.
     """
+    # Wrapped in a generator, so that once ``batches`` ends it is never asked again (a
+    # DataLoader's worker iterator need not tolerate that).
+    batches = (batch for batch in batches) if batches is not None else None
     first: Any = None
     current = _next_global(
         batches, rank, num_processes, split_batches, drop_last, device, to_device

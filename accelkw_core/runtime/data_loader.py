@@ -300,6 +300,8 @@ class DispatchingDataLoader(PreparedDataLoader):
     ``num_processes`` of them concatenated. Each process keeps its equal slice; unless
     ``drop_last``, a last batch that does not divide is completed from the first. On the last
     batch ``remainder`` is the number of real samples in it, which ``gather_for_metrics`` keeps.
+    ``drops_last`` is the given loader's ``drop_last``, for a loader built from its batch
+    sampler (whose own ``drop_last`` torch leaves ``False``).
     """
 
     def __init__(
@@ -308,18 +310,20 @@ class DispatchingDataLoader(PreparedDataLoader):
         rank: int = 0,
         num_processes: int = 1,
         split_batches: bool = False,
+        drops_last: bool | None = None,
         **kwargs: Any,
     ) -> None:
         super().__init__(*args, **kwargs)
         self.rank = rank
         self.num_processes = num_processes
         self.split_batches = split_batches
+        self.drops_last: bool = self.drop_last if drops_last is None else drops_last
 
     def __len__(self) -> int:
         whole = super().__len__()
         if self.split_batches:
             return whole
-        if self.drop_last:
+        if self.drops_last:
             return whole // self.num_processes
         return math.ceil(whole / self.num_processes)
 
@@ -334,7 +338,7 @@ class DispatchingDataLoader(PreparedDataLoader):
             rank=self.rank,
             num_processes=self.num_processes,
             split_batches=self.split_batches,
-            drop_last=self.drop_last,
+            drop_last=self.drops_last,
             device=device if device is not None else "cpu",
             to_device=lambda batch: (
                 move_to_device(batch, device, self.non_blocking) if device is not None else batch
@@ -351,6 +355,7 @@ class DispatchingDataLoader(PreparedDataLoader):
             "rank": self.rank,
             "num_processes": self.num_processes,
             "split_batches": self.split_batches,
+            "drops_last": self.drops_last,
         }
 
 
@@ -612,6 +617,7 @@ def prepare_data_loader(
             rank=state.rank,
             num_processes=state.world_size,
             split_batches=config.split_batches,
+            drops_last=loader.drop_last,
             **kwargs,
         )
     if not state.distributed:

@@ -76,9 +76,12 @@ def stream_worker(rank: int, name: str) -> dict[str, Any]:
             if dispatch:
                 # A map-style loader dispatched too (skip_first_batches counts differently: the
                 # dataloader-config-refused row).
-                table = torch.arange(11, dtype=torch.float32).unsqueeze(1)
-                loader = accelerator.prepare(torch.utils.data.DataLoader(table, batch_size=4))
-                out[f"map-style split={split}"] = _seen(accelerator, loader, skip=False)
+                for drop_last in (False, True):
+                    table = torch.arange(13, dtype=torch.float32).unsqueeze(1)
+                    loader = torch.utils.data.DataLoader(table, batch_size=4, drop_last=drop_last)
+                    loader = accelerator.prepare(loader)
+                    seen = _seen(accelerator, loader, skip=False)
+                    out[f"map-style split={split} drop_last={drop_last}"] = seen
     # skip_first_batches of a loader prepare() did not make: a plain loader that drops them.
     plain = torch.utils.data.DataLoader(Numbers(7, False), batch_size=2)
     out["plain skipped"] = [b.flatten().tolist() for b in accelerator.skip_first_batches(plain, 2)]

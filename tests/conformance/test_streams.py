@@ -21,7 +21,7 @@ def test_a_stream_is_sharded_and_dispatched_as_accelerate_does(accelerate: Modul
     env = {"ACCELKW_PLUGINS": BUILTINS, "OMP_NUM_THREADS": "1"}
     ref = run_workers(programs.stream_worker, 2, args=("accelerate",), env=env, timeout=240)
     ours = run_workers(programs.stream_worker, 2, args=("accelkw",), env=env, timeout=240)
-    assert len(ref[0]) == 15  # 2 split x 3 dispatch settings x 2 streams, 2 map-style, 1 plain
+    assert len(ref[0]) == 17  # 2 split x 3 dispatch settings x 2 streams, 4 map-style, 1 plain
     for rank in (0, 1):
         for case, seen in ref[rank].items():
             assert ours[rank][case] == seen, f"rank {rank}, {case}"
