@@ -1,11 +1,15 @@
-"""A training script with a streamed loader and an evaluated one, for tests/test_data_resumes.py.
+"""A training script with streamed loaders and an evaluated one, for tests/test_data_resumes.py.
 
 Each epoch trains one model on an ``IterableDataset`` (deterministic, reordered by ``set_epoch``)
-under ``accumulate``, another on a shuffled map-style loader, then evaluates the second over an
-evaluation loader (which draws from torch's generator as every pass does), as a Hugging Face
-``*_no_trainer.py`` script does. Both models have dropout, so any difference in torch's global
+dispatched from the main process, under ``accumulate``; one on a second stream that every
+process reads, keeping its share (``dispatch_batches=False``; the dataset draws its order from
+its own ``generator``); and one on a shuffled map-style loader, then evaluates the last over an
+evaluation loader (whose pass draws from torch's generator, as every pass does), as a Hugging
+Face ``*_no_trainer.py`` script does. The models have dropout, so any difference in torch's
 generator shows in the weights. The uninterrupted run saves ``epoch_0`` after the first epoch's
-evaluation and ``mid`` inside the second epoch's stream; the resumed runs start from either.
+evaluation, ``mid`` inside the second epoch's dispatched stream and ``mid_sharded`` inside its
+sharded one; the resumed runs start from each. At its end it checks that a dispatched stream
+that cannot be cut or read fails on every process.
 """
 
 from __future__ import annotations

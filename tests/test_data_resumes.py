@@ -1,10 +1,11 @@
-"""Resumes of a streamed run and at an epoch boundary end where the uninterrupted run ended.
+"""Resumes of streamed runs and at an epoch boundary end where the uninterrupted run ended.
 
-``tests/data_resume_workers.py`` trains a model on an ``IterableDataset`` (under ``accumulate``)
-and one on a shuffled loader, evaluating between epochs; the uninterrupted run saves after the
-first epoch's evaluation and in the middle of the second epoch's stream. Resumed from either,
-on one process and on two (real gloo groups), the final weights are bit-identical; the same
-launches check that a dispatched stream that cannot be cut or read fails on every process.
+``tests/data_resume_workers.py`` trains a model on a dispatched ``IterableDataset`` (under
+``accumulate``), one on a stream every process reads, and one on a shuffled loader, evaluating
+between epochs; the uninterrupted run saves after the first epoch's evaluation and in the
+middle of each stream's second epoch. Resumed from each, on one process and on two (real gloo
+groups), the final weights are bit-identical; the same launches check that a dispatched stream
+that cannot be cut or read fails on every process.
 """
 
 from __future__ import annotations
