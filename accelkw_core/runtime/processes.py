@@ -228,6 +228,60 @@ class Processes:
         """``function`` made to run on each machine's local main process only."""
         return on_process(function, lambda: self.state.local_rank == 0, "on_local_main_process")
 
+    def on_process(
+        self, function: Callable[..., Any] | None, process_index: int | None, local: bool
+    ) -> Callable[..., Any]:
+        """``function`` made to run on the process of that (local with ``local``) index only.
+
+        With ``function`` ``None`` and an index, the decorator for that index
+        (``@accelerator.on_process(process_index=1)``).
+        """
+        what = "on_local_process" if local else "on_process"
+        if function is None and process_index is not None:
+            return lambda fn: self.on_process(fn, process_index, local)
+        field = "local_process_index" if local else "process_index"
+        if process_index is None:
+            raise ConfigError(
+                "accelerator", field, None, f"the index of the process to run on ({what})"
+            )
+
+        def chosen() -> bool:
+            return (self.state.local_rank if local else self.state.rank) == process_index
+
+        return on_process(function, chosen, what)
+
+    def on_last_process(self, function: Callable[..., Any] | None) -> Callable[..., Any]:
+        """``function`` made to run on the last process only (``None`` elsewhere)."""
+        return on_process(
+            function, lambda: self.state.rank == self.state.world_size - 1, "on_last_process"
+        )
+
+    @contextmanager
+    def join_uneven_inputs(
+        self, joinables: list[Any], even_batches: bool, loaders: list[Any]
+    ) -> Iterator[list[Any]]:
+        """The block under ``torch.distributed.algorithms.Join`` when batches may be uneven.
+
+        ``even_batches`` overrides the prepared ``loaders``' for the block; with even batches,
+        or one process, the block runs as it is.
+        """
+        if not self.state.distributed:
+            yield joinables
+            return
+        from torch.distributed.algorithms import Join
+
+        samplers = [getattr(loader, "batch_sampler", None) for loader in loaders]
+        shards = [s for s in samplers if hasattr(s, "even_batches")]
+        before = [s.even_batches for s in shards]
+        for shard in shards:
+            shard.even_batches = even_batches
+        try:
+            with Join(joinables, enable=not even_batches, throw_on_early_termination=False):
+                yield joinables
+        finally:
+            for shard, value in zip(shards, before, strict=True):
+                shard.even_batches = value
+
     @contextmanager
     def split_between_processes(self, inputs: Any, apply_padding: bool = False) -> Iterator[Any]:
         """This process's contiguous share of ``inputs``."""
