@@ -8,7 +8,6 @@ semantics for the ``Accelerator`` methods of the same purpose. :class:`Processes
 
 from __future__ import annotations
 
-import enum
 import functools
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
@@ -16,6 +15,7 @@ from typing import TYPE_CHECKING, Any
 
 from accelkw_core.errors import ConfigError
 from accelkw_core.runtime import collectives as ops
+from accelkw_core.runtime.kinds import DistributedType, distributed_type
 
 if TYPE_CHECKING:
     from accelkw_core.runtime.state import AcceleratorState
@@ -28,45 +28,6 @@ __all__ = [
     "on_process",
     "split_inputs",
 ]
-
-
-class DistributedType(str, enum.Enum):
-    """The kind of run (Accelerate's ``DistributedType``; members and values are Accelerate's).
-
-    accelkw reports ``NO`` (one process), ``MULTI_CPU`` or ``MULTI_GPU`` by itself; a plugin that
-    changes the kind of run (sharded data parallel) contributes its member to the ``attribute``
-    point under the key ``"distributed_type"``.
-    """
-
-    NO = "NO"
-    MULTI_CPU = "MULTI_CPU"
-    MULTI_GPU = "MULTI_GPU"
-    MULTI_NPU = "MULTI_NPU"
-    MULTI_MLU = "MULTI_MLU"
-    MULTI_SDAA = "MULTI_SDAA"
-    MULTI_MUSA = "MULTI_MUSA"
-    MULTI_XPU = "MULTI_XPU"
-    DEEPSPEED = "DEEPSPEED"
-    FSDP = "FSDP"
-    XLA = "XLA"
-    MEGATRON_LM = "MEGATRON_LM"
-    MULTI_HPU = "MULTI_HPU"
-    MULTI_NEURON = "MULTI_NEURON"
-
-
-def distributed_type(state: AcceleratorState) -> DistributedType:
-    """``NO`` for one process, else ``MULTI_GPU`` on CUDA, ``MULTI_<DEVICE>`` otherwise.
-
-    A contribution to the ``attribute`` point keyed ``"distributed_type"`` wins.
-    """
-    contributed = state.keyed("attribute").get("distributed_type")
-    if contributed is not None:
-        return DistributedType(contributed)
-    if not state.distributed:
-        return DistributedType.NO
-    if state.device_type == "cuda":
-        return DistributedType.MULTI_GPU
-    return DistributedType(f"MULTI_{state.device_type.upper()}")
 
 
 @contextmanager

@@ -321,7 +321,7 @@ class AcceleratorState:
 
     def __str__(self) -> str:
         # Accelerate's description of the run, line for line, so logs read the same.
-        from accelkw_core.runtime.processes import distributed_type
+        from accelkw_core.runtime.kinds import distributed_type
 
         backend = self.backend
         return (

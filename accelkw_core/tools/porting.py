@@ -90,6 +90,13 @@ NAMES: tuple[Name, ...] = (
         _BIG_MODEL,
     ),
     *_rows("accelerate", None, "debug_launcher notebook_launcher", _LAUNCH),
+    *_rows(
+        "accelerate.hooks",
+        None,
+        "AlignDevicesHook CpuOffload add_hook_to_module remove_hook_from_module",
+        _BIG_MODEL,
+    ),
+    Name("accelerate.utils", "set_module_tensor_to_device", None, _BIG_MODEL),
     Name("accelerate", "prepare_pippy", None, "pipeline-parallel inference is not provided"),
     Name(
         "accelerate",
