@@ -324,13 +324,16 @@ class AcceleratorState:
         from accelkw_core.runtime.kinds import distributed_type
 
         backend = self.backend
+        # Accelerate's device of a multi-process CPU run is ``cpu:0`` (the index of the one CPU
+        # device); accelkw's is ``cpu``, the same device. The description reads as Accelerate's.
+        device = "cpu:0" if self.distributed and self.device_type == "cpu" else self.device
         return (
             f"Distributed environment: {distributed_type(self)}"
             f"{('  Backend: ' + backend) if backend else ''}\n"
             f"Num processes: {self.world_size}\n"
             f"Process index: {self.rank}\n"
             f"Local process index: {self.local_rank}\n"
-            f"Device: {self.device}\n"
+            f"Device: {device}\n"
             f"\nMixed precision type: {self.mixed_precision}\n"
         )
 
