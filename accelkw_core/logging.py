@@ -50,7 +50,8 @@ class MultiProcessAdapter(logging.LoggerAdapter[logging.Logger]):
         in_order = kwargs.pop("in_order", False)
         if not self.isEnabledFor(level):
             return
-        msg, kwargs = self.process(msg, kwargs)
+        msg, processed = self.process(msg, kwargs)
+        kwargs = dict(processed)
         state = PartialState()
         if in_order:
             for rank in range(state.num_processes):

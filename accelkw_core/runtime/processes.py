@@ -229,10 +229,13 @@ class Processes:
         if not self.state.distributed:
             yield joinables
             return
-        from torch.distributed.algorithms import Join
+        from torch.distributed.algorithms.join import Join
 
-        samplers = [getattr(loader, "batch_sampler", None) for loader in loaders]
-        shards = [s for s in samplers if hasattr(s, "even_batches")]
+        shards: list[Any] = [
+            loader.batch_sampler
+            for loader in loaders
+            if hasattr(getattr(loader, "batch_sampler", None), "even_batches")
+        ]
         before = [s.even_batches for s in shards]
         for shard in shards:
             shard.even_batches = even_batches

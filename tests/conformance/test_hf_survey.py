@@ -122,7 +122,7 @@ def test_the_member_table_is_accelerates_and_every_missing_member_says_why() -> 
     set_in_init = set(
         re.findall(r"self\.([a-z][a-z0-9_]*)\s*[:=]", inspect.getsource(cls.__init__))
     )
-    assert ACCELERATOR_MEMBERS == {n for n in dir(cls) if not n.startswith("_")} | set_in_init
+    assert {n for n in dir(cls) if not n.startswith("_")} | set_in_init == ACCELERATOR_MEMBERS
     missing = {m for m in ACCELERATOR_MEMBERS if not member_provided(m)}
     # Every member not provided is listed with its reason, and none listed is provided.
     assert missing == set(MEMBERS_NOT_PROVIDED), missing ^ set(MEMBERS_NOT_PROVIDED)
