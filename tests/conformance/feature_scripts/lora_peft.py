@@ -1,4 +1,4 @@
-"""A LoRA adapter trained as peft's Accelerate examples train one (what they cover).
+"""A LoRA adapter trained as peft's Accelerate examples train one (what it covers).
 
 Calls, as ``peft_lora_clm_accelerate_*.py`` / ``peft_lora_seq2seq_accelerate_*.py`` make them:
 ``get_peft_model`` before ``prepare``, ``accelerator.print`` of the trainable parameters,
