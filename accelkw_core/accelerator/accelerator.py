@@ -497,9 +497,10 @@ class Accelerator:
     ) -> AbstractContextManager[Any]:
         """Train ``joinables`` (DDP models) on loaders whose processes get different batch counts.
 
-        Under ``torch.distributed.algorithms.Join`` when batches are uneven: ``even_batches``
-        (default: :attr:`even_batches`) overrides the prepared data loaders' for the block. With
-        one process the block runs as it is.
+        On several accelerator devices (CUDA), under ``torch.distributed.algorithms.Join`` when
+        batches are uneven: ``even_batches`` (default: :attr:`even_batches`) overrides the
+        prepared data loaders' for the block. As in Accelerate, the block runs as it is with
+        one process, and on CPU processes (with a warning).
         """
         even = self.even_batches if even_batches is None else even_batches
         return self._processes.join_uneven_inputs(joinables, even, self._prepared.data_loaders)

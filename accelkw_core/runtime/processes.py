@@ -9,6 +9,7 @@ semantics for the ``Accelerator`` methods of the same purpose. :class:`Processes
 from __future__ import annotations
 
 import functools
+import warnings
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from typing import TYPE_CHECKING, Any
@@ -223,10 +224,19 @@ class Processes:
     ) -> Iterator[list[Any]]:
         """The block under ``torch.distributed.algorithms.Join`` when batches may be uneven.
 
-        ``even_batches`` overrides the prepared ``loaders``' for the block; with even batches,
-        or one process, the block runs as it is.
+        As in Accelerate, only on several accelerator devices (CUDA, ...): there
+        ``even_batches`` overrides the prepared ``loaders``' for the block, and Join is on
+        when batches are uneven. With one process the block runs as it is; on several CPU
+        processes too, with Accelerate's warning (its join is for accelerator devices only).
         """
-        if not self.state.distributed:
+        if not self.state.distributed or self.state.device_type == "cpu":
+            if self.state.distributed:
+                warnings.warn(
+                    "join_uneven_inputs has no effect on CPU processes (as in Accelerate, it "
+                    "joins uneven inputs on accelerator devices only)",
+                    # this generator, contextlib's __enter__, the caller's ``with`` line
+                    stacklevel=3,
+                )
             yield joinables
             return
         from torch.distributed.algorithms.join import Join

@@ -5,7 +5,11 @@ Calls: ``get_logger``, ``Accelerator(log_with=, project_dir=)`` as the script bu
 ``main_process_first``, ``prepare`` of a BERT classifier built from a tiny config, ``backward``,
 ``gather_for_metrics((predictions, references))`` for the accuracy, ``init_trackers`` and
 ``log``, ``save_state`` at each epoch's end, ``unwrap_model(...).save_pretrained(
-is_main_process=, save_function=accelerator.save)``, ``is_main_process``, ``end_training``.
+is_main_process=, save_function=accelerator.save)``, ``is_main_process``, ``end_training``;
+and, beyond the script, the second epoch under ``join_uneven_inputs([model],
+even_batches=False)`` (on two processes one gets a batch more), ``logger.info(...,
+in_order=True)``, ``logger.warning_once``, ``@accelerator.on_last_process`` and
+``@accelerator.on_process(process_index=)``.
 Padding per batch, as ``DataCollatorWithPadding`` pads; no tokenizer is downloaded.
 """
 
@@ -52,7 +56,7 @@ def main():
     logger.info(accelerator.state, main_process_only=False)
     set_seed(11)
     with accelerator.main_process_first():
-        train_rows, eval_rows = toolkit.token_rows(40, 8), toolkit.token_rows(14, 9)
+        train_rows, eval_rows = toolkit.token_rows(42, 8), toolkit.token_rows(14, 9)
     config = BertConfig(
         vocab_size=toolkit.VOCAB,
         hidden_size=16,
@@ -80,13 +84,17 @@ def main():
     for epoch in range(2):
         model.train()
         total_loss = 0
-        for batch in train_loader:
-            outputs = model(**batch)
-            total_loss += outputs.loss.detach().float()
-            accelerator.backward(outputs.loss)
-            optimizer.step()
-            scheduler.step()
-            optimizer.zero_grad()
+        uneven = epoch == 1
+        with accelerator.join_uneven_inputs([model], even_batches=False if uneven else None):
+            for batch in train_loader:
+                outputs = model(**batch)
+                total_loss += outputs.loss.detach().float()
+                accelerator.backward(outputs.loss)
+                optimizer.step()
+                scheduler.step()
+                optimizer.zero_grad()
+        logger.info(f"epoch {epoch}: this process's loss {total_loss.item()!r}", in_order=True)
+        logger.warning_once("evaluating")
         model.eval()
         correct = seen = 0
         for batch in eval_loader:
@@ -107,6 +115,19 @@ def main():
             )
         accelerator.save_state(os.path.join(args.output_dir, f"epoch_{epoch}"))
     accelerator.wait_for_everyone()
+
+    @accelerator.on_last_process
+    def last():
+        print(
+            f"last process: {accelerator.process_index} is_last_process={accelerator.is_last_process}"
+        )
+
+    @accelerator.on_process(process_index=0)
+    def first():
+        print(f"process 0: {accelerator.process_index}")
+
+    last()
+    first()
     unwrapped = accelerator.unwrap_model(model)
     unwrapped.save_pretrained(
         args.output_dir, is_main_process=accelerator.is_main_process, save_function=accelerator.save
