@@ -111,6 +111,7 @@ NAMES: tuple[Name, ...] = (
     *_rows(
         "accelerate.state", "accelkw_core.state", "AcceleratorState PartialState is_initialized"
     ),
+    Name("accelerate.state", "DistributedType", _CORE),
     Name(
         "accelerate.test_utils.training",
         "mocked_dataloaders",

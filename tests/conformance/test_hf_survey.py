@@ -147,3 +147,9 @@ def test_import_accelerate_binds_the_accelerate_api_module() -> None:
     namespace: dict[str, Any] = {}
     exec(ported + "v = accelerate.__version__\ninit = accelerate.state.is_initialized\n", namespace)
     assert namespace["v"] == "1.15.0" and callable(namespace["init"])
+
+
+def test_import_of_an_accelerate_submodule_under_a_name_binds_accelkws() -> None:
+    assert port_imports("import accelerate.utils as au\n") == "import accelkw_core.utils as au\n"
+    with pytest.raises(PortError, match=r"accelerate\.hooks"):
+        port_imports("import accelerate.hooks as h\n")
