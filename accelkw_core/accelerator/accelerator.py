@@ -119,8 +119,6 @@ class Accelerator:
             state, registry=registry, settings=self.settings
         )
         self.state = state
-        # accelkw_core.state.AcceleratorState()/PartialState() and get_logger read this run.
-        make_current(state)
         progress = _loader_progress()
         self.gradient_state = GradientState.from_state(state, progress)
         # The collaborators: each is handed what it works on, and none knows the Accelerator.
@@ -146,6 +144,9 @@ class Accelerator:
         except BaseException:
             self.end_training()
             raise
+        # Built: accelkw_core.state's AcceleratorState()/PartialState() and get_logger's
+        # loggers read this run from now on (a failed construction leaves the previous one).
+        make_current(state)
 
     # -- facts ---------------------------------------------------------------------------------
 
