@@ -12,6 +12,7 @@ import logging
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
 import pytest
 import torch
@@ -84,3 +85,45 @@ def test_save_on_process_and_the_rest_of_the_members(tmp_path: Path) -> None:
     assert accelerator.pad_across_processes(t) is t
     with accelerator.join_uneven_inputs([model]) as joined:
         assert joined == [model]
+
+
+def join_worker(rank: int) -> dict[str, Any]:
+    import torch.distributed as dist
+
+    from accelkw_core.runtime.data_loader import BatchShard
+    from accelkw_core.runtime.processes import Processes
+    from accelkw_core.runtime.state import AcceleratorState as RunState
+
+    dist.init_process_group("gloo")
+    # Join acts on accelerator devices only (as in Accelerate), and the device type is all it
+    # reads: gloo CPU processes that call themselves CUDA's run the real Join.
+    state = RunState(rank=rank, world_size=2, device_type="cuda")
+    torch.manual_seed(0)
+    model = torch.nn.parallel.DistributedDataParallel(torch.nn.Linear(2, 1))
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+    batches = torch.utils.data.BatchSampler(range(10), batch_size=2, drop_last=False)
+    shard = BatchShard(batches, 2, rank, even_batches=True)
+
+    class Loader:
+        batch_sampler = shard
+
+    steps = 0
+    with Processes(state).join_uneven_inputs([model], False, [Loader()]):
+        for batch in shard:
+            optimizer.zero_grad()
+            model(torch.tensor(batch, dtype=torch.float32)[:, None].repeat(1, 2)).sum().backward()
+            optimizer.step()
+            steps += 1
+    restored = shard.even_batches
+    dist.destroy_process_group()
+    return {"steps": steps, "restored": restored, "weight": model.module.weight.tolist()}
+
+
+def test_join_uneven_inputs_joins_a_process_that_runs_out_of_batches() -> None:
+    from accelkw_core.testing import run_workers
+
+    r0, r1 = run_workers(join_worker, 2, timeout=120)
+    # Five batches, uneven: three on rank 0, two on rank 1, which joins; no hang.
+    assert (r0["steps"], r1["steps"]) == (3, 2)
+    assert r0["restored"] is True and r1["restored"] is True
+    assert r0["weight"] == r1["weight"]
