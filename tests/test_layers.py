@@ -33,7 +33,19 @@ LAYERS = [
     {"config", "tracking"},
     {"runtime"},
     {"accelerator"},
-    {"cli", "tools", "testing", "plugin", "utils", "local_sgd", "__init__", "__main__"},
+    {
+        "cli",
+        "tools",
+        "testing",
+        "plugin",
+        "utils",
+        "local_sgd",
+        "logging",
+        "state",
+        "as_accelerate",
+        "__init__",
+        "__main__",
+    },
 ]
 RANK = {name: i for i, layer in enumerate(LAYERS) for name in layer}
 

@@ -19,7 +19,7 @@ if TYPE_CHECKING:
 
     from accelkw_core.contract.handler import KwargsHandler
 
-__all__ = ["MIXED_PRECISION_MODES", "AcceleratorState"]
+__all__ = ["MIXED_PRECISION_MODES", "AcceleratorState", "current_state", "make_current"]
 
 
 Teardown = Callable[[], None]
@@ -289,6 +289,75 @@ class AcceleratorState:
     def summary(self) -> list[str]:
         """The log as printable lines."""
         return [str(e) for e in self.log]
+
+    # -- Accelerate's names for the facts (``accelerator.state.num_processes``, ...) -------------
+
+    @property
+    def num_processes(self) -> int:
+        return self.world_size
+
+    @property
+    def process_index(self) -> int:
+        return self.rank
+
+    @property
+    def local_process_index(self) -> int:
+        return self.local_rank
+
+    @property
+    def is_local_main_process(self) -> bool:
+        return self.local_rank == 0
+
+    @property
+    def is_last_process(self) -> bool:
+        return self.rank == self.world_size - 1
+
+    @property
+    def deepspeed_plugin(self) -> None:
+        """Always ``None``: accelkw runs no DeepSpeed (scripts test it to pick their code path)."""
+        return None
+
+    @property
+    def backend(self) -> str | None:
+        """The process group's backend (``"gloo"``, ``"nccl"``) once one is up, else ``None``."""
+        import torch.distributed as dist
+
+        if self.distributed and dist.is_available() and dist.is_initialized():
+            return str(dist.get_backend())
+        return None
+
+    def __str__(self) -> str:
+        # Accelerate's description of the run, line for line, so logs read the same.
+        from accelkw_core.runtime.kinds import distributed_type
+
+        backend = self.backend
+        # Accelerate's device of a multi-process CPU run is ``cpu:0`` (the index of the one CPU
+        # device); accelkw's is ``cpu``, the same device. The description reads as Accelerate's.
+        device = "cpu:0" if self.distributed and self.device_type == "cpu" else self.device
+        return (
+            f"Distributed environment: {distributed_type(self)}"
+            f"{('  Backend: ' + backend) if backend else ''}\n"
+            f"Num processes: {self.world_size}\n"
+            f"Process index: {self.rank}\n"
+            f"Local process index: {self.local_rank}\n"
+            f"Device: {device}\n"
+            f"\nMixed precision type: {self.mixed_precision}\n"
+        )
+
+
+# The state of the newest Accelerator of this process: what Accelerate's shared-state
+# singletons (``AcceleratorState()``, ``PartialState()``) read once an Accelerator exists.
+_current: list[AcceleratorState] = []
+
+
+def make_current(state: AcceleratorState) -> None:
+    """Make ``state`` the process's current run (the ``Accelerator`` does, when it is built)."""
+    _current[:] = [state]
+
+
+def current_state() -> AcceleratorState | None:
+    """The state of the newest ``Accelerator`` of this process, ``None`` before the first."""
+    return _current[0] if _current else None
 
 
 def _detect_device(cpu: bool) -> str:

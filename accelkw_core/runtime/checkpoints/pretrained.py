@@ -16,7 +16,7 @@ from typing import Any
 from accelkw_core.runtime.checkpoints import durable
 from accelkw_core.runtime.checkpoints.layout import MODEL, SAFE_MODEL
 
-__all__ = ["save_pretrained"]
+__all__ = ["save_object", "save_pretrained"]
 
 _SHARD = re.compile(r".*-\d{5}-of-\d{5}\.(bin|safetensors)")
 
@@ -88,3 +88,31 @@ def _replace_file(path: Path, tensors: dict[str, Any], safe: bool) -> None:
         torch.save(tensors, buffer)
         data = buffer.getbuffer()
     _replace_bytes(path, data)
+
+
+def save_object(obj: Any, f: Any, *, safe_serialization: bool) -> None:
+    """Write ``obj`` to ``f`` (a path or a binary file object) as Accelerate's ``save`` does.
+
+    ``safe_serialization``: ``obj`` is a dict of tensors written as safetensors (tensors sharing
+    storage kept once); else ``torch.save``. A path is written under a temporary name and
+    renamed into place, so a reader never sees half a file.
+    """
+    import io
+
+    import torch
+
+    if safe_serialization:
+        from safetensors.torch import save
+
+        tensors = _without_aliases(dict(obj))
+        data: bytes | memoryview = save(
+            {k: v.detach().contiguous() for k, v in tensors.items()}, metadata={"format": "pt"}
+        )
+    else:
+        buffer = io.BytesIO()
+        torch.save(obj, buffer)
+        data = buffer.getbuffer()
+    if isinstance(f, str | os.PathLike):
+        _replace_bytes(Path(f), data)
+    else:
+        f.write(data)
