@@ -28,6 +28,7 @@ from accelkw_core.errors import (
     CheckpointWarning,
 )
 from accelkw_core.runtime.checkpoints.agreement import agree, failures
+from accelkw_core.runtime.checkpoints.aliases import with_aliases
 from accelkw_core.runtime.checkpoints.files import CheckpointReader
 from accelkw_core.runtime.checkpoints.layout import MODEL, SAFE_MODEL, Checkpointed, numbered
 from accelkw_core.runtime.checkpoints.lock import WriterLock
@@ -236,6 +237,8 @@ def _read_models(
             )
             continue
         weights = _without_wrapper_prefix(weights, unwrapped, name, read.notes)
+        # A tied weight's second name is not in a safetensors file (either framework's).
+        weights = with_aliases(weights, unwrapped.state_dict())
         _check_weights(reader.folder / name, unwrapped, weights, strict)
         read.steps.append(
             _Step(label, _bind(unwrapped.load_state_dict, weights, **model_kwargs), None, True)

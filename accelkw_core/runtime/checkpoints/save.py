@@ -29,6 +29,7 @@ from accelkw_core.runtime.checkpoints.agreement import (
     node_of,
     raise_agreed,
 )
+from accelkw_core.runtime.checkpoints.aliases import without_aliases
 from accelkw_core.runtime.checkpoints.files import CheckpointWriter
 from accelkw_core.runtime.checkpoints.layout import (
     MODEL,
@@ -170,7 +171,7 @@ def _write_states(
                 writer.save(numbered("optimizer.bin", i), optimizer.state_dict())
             for i, model_weights in enumerate(weights):
                 if safe:
-                    writer.save_tensors(numbered(SAFE_MODEL, i), model_weights)
+                    writer.save_tensors(numbered(SAFE_MODEL, i), without_aliases(model_weights))
                 else:
                     writer.save(numbered(MODEL, i), model_weights)
         for i, scheduler in enumerate(what.schedulers):
