@@ -28,7 +28,9 @@ from accelkw_core.discovery.default_registry import get_registry
 from accelkw_core.discovery.registry import Registry
 from accelkw_core.logs import configure_from_env
 from accelkw_core.runtime.accumulation import GradientState
+from accelkw_core.runtime.checkpoints.load import LoadStateHook
 from accelkw_core.runtime.checkpoints.project import ProjectConfiguration
+from accelkw_core.runtime.checkpoints.save import SaveStateHook
 from accelkw_core.runtime.composition import compose
 from accelkw_core.runtime.data import DataLoading, dataloader_configuration
 from accelkw_core.runtime.dataloader_config import DataLoaderConfiguration
@@ -47,6 +49,7 @@ from accelkw_core.tracking.selection import LogWith, filter_trackers
 
 if TYPE_CHECKING:
     import torch
+    from torch.utils.hooks import RemovableHandle
 
     from accelkw_core.contract.handler import KwargsHandler
     from accelkw_core.contract.tracker import GeneralTracker
@@ -548,6 +551,26 @@ class Accelerator:
         as Accelerate. Each file is written under a temporary name and renamed into place.
         """
         self._checkpoints.save_model(model, save_directory, max_shard_size, safe_serialization)
+
+    def register_save_state_pre_hook(self, hook: SaveStateHook) -> RemovableHandle:
+        """Call ``hook(models, weights, output_dir)`` in :meth:`save_state`, before it writes.
+
+        As in Accelerate: ``models`` are the prepared models, ``weights`` a list of their state
+        dicts (a hook that saves a model its own way pops its entry, and the models left are
+        numbered in order), ``output_dir`` the folder being written, here the checkpoint's
+        temporary folder: what the hook writes there is listed in the manifest and committed
+        with the rest. Called on every process. ``handle.remove()`` unregisters it.
+        """
+        return self._checkpoints.register_save_state_pre_hook(hook)
+
+    def register_load_state_pre_hook(self, hook: LoadStateHook) -> RemovableHandle:
+        """Call ``hook(models, input_dir)`` in :meth:`load_state`, before it loads.
+
+        As in Accelerate: a hook that loads a model itself pops it from ``models``. Here it
+        runs once every file of the checkpoint is checked against its manifest, and what it
+        loaded is restored with the rest if the load fails. ``handle.remove()`` unregisters it.
+        """
+        return self._checkpoints.register_load_state_pre_hook(hook)
 
     def register_for_checkpointing(self, *objects: Any) -> None:
         """Save and load ``objects`` (each with ``state_dict``/``load_state_dict``) with the run."""

@@ -12,9 +12,10 @@ import functools
 import logging
 import os
 import warnings
+from collections import OrderedDict
 from collections.abc import Callable
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from accelkw_core.contract.contributions import CheckpointExecutor
 from accelkw_core.contract.points import CHECKPOINT_EXECUTOR, MODEL_CHECKPOINT
@@ -27,16 +28,23 @@ from accelkw_core.errors import (
 from accelkw_core.runtime.checkpoints.deferred import SaveJob
 from accelkw_core.runtime.checkpoints.durable import remove_tree
 from accelkw_core.runtime.checkpoints.layout import Checkpointed
-from accelkw_core.runtime.checkpoints.load import load_checkpoint
+from accelkw_core.runtime.checkpoints.load import LoadStateHook, load_checkpoint
 from accelkw_core.runtime.checkpoints.pretrained import save_pretrained
 from accelkw_core.runtime.checkpoints.project import (
     ProjectConfiguration,
     is_complete,
     numbered_checkpoints,
 )
-from accelkw_core.runtime.checkpoints.save import PendingSave, begin_save, model_state_dict
+from accelkw_core.runtime.checkpoints.save import (
+    PendingSave,
+    SaveStateHook,
+    begin_save,
+    model_state_dict,
+)
 
 if TYPE_CHECKING:
+    from torch.utils.hooks import RemovableHandle
+
     from accelkw_core.runtime.accumulation import GradientState
     from accelkw_core.runtime.prepared import Prepared
     from accelkw_core.runtime.state import AcceleratorState
@@ -44,6 +52,8 @@ if TYPE_CHECKING:
 __all__ = ["Checkpoints", "project_configuration"]
 
 logger = logging.getLogger("accelkw.checkpoint")
+
+H = TypeVar("H")
 
 
 def project_configuration(
@@ -77,6 +87,16 @@ def _directory(value: Any, what: str) -> Path:
         ) from None
 
 
+def _registered(hooks: OrderedDict[int, H], hook: H, what: str) -> RemovableHandle:
+    if not callable(hook):
+        raise ConfigError("accelerator", what, hook, "a callable")
+    from torch.utils.hooks import RemovableHandle
+
+    handle = RemovableHandle(hooks)
+    hooks[handle.id] = hook
+    return handle
+
+
 class Checkpoints:
     """Saves and loads what ``prepared`` holds, with ``gradient_state``'s step, where
     ``project_configuration`` says."""
@@ -93,6 +113,18 @@ class Checkpoints:
         self.prepared = prepared
         #: ``Accelerator.project_configuration``.
         self.project_configuration = project_configuration
+        # Keyed by their handles' ids, as torch.utils.hooks.RemovableHandle removes them (it
+        # keeps a weak reference to the dict, which a plain dict cannot have).
+        self._save_hooks: OrderedDict[int, SaveStateHook] = OrderedDict()
+        self._load_hooks: OrderedDict[int, LoadStateHook] = OrderedDict()
+
+    def register_save_state_pre_hook(self, hook: SaveStateHook) -> RemovableHandle:
+        """Call ``hook(models, weights, output_dir)`` in every ``save_state``; its handle."""
+        return _registered(self._save_hooks, hook, "register_save_state_pre_hook")
+
+    def register_load_state_pre_hook(self, hook: LoadStateHook) -> RemovableHandle:
+        """Call ``hook(models, input_dir)`` in every ``load_state``; its handle."""
+        return _registered(self._load_hooks, hook, "register_load_state_pre_hook")
 
     def _next_checkpoint(self) -> Path:
         config = self.project_configuration
@@ -144,6 +176,7 @@ class Checkpoints:
             weights,
             safe_serialization=safe_serialization,
             save_on_each_node=config.save_on_each_node,
+            hooks=list(self._save_hooks.values()),
         )
         executors = self.state.values(CHECKPOINT_EXECUTOR)
         if executors:
@@ -230,6 +263,7 @@ class Checkpoints:
             self.checkpointed(),
             load_kwargs=load_kwargs,
             model_kwargs=load_model_func_kwargs,
+            hooks=list(self._load_hooks.values()),
         )
 
     def _newest_complete(self) -> Path:
