@@ -18,17 +18,23 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypeVar
 
 from accelkw_core.contract.contributions import CheckpointExecutor
-from accelkw_core.contract.points import CHECKPOINT_EXECUTOR, MODEL_CHECKPOINT
+from accelkw_core.contract.points import CHECKPOINT_EXECUTOR, MODEL_CHECKPOINT, MODEL_STATE
 from accelkw_core.errors import (
     CheckpointError,
     CheckpointNotFoundError,
     CheckpointWarning,
     ConfigError,
 )
+from accelkw_core.runtime.checkpoints.agreement import alone
 from accelkw_core.runtime.checkpoints.deferred import SaveJob
 from accelkw_core.runtime.checkpoints.durable import remove_tree
 from accelkw_core.runtime.checkpoints.layout import Checkpointed
 from accelkw_core.runtime.checkpoints.load import LoadStateHook, load_checkpoint
+from accelkw_core.runtime.checkpoints.participants import (
+    JOIN_TIMEOUT_ENV,
+    Participation,
+    SaveRendezvous,
+)
 from accelkw_core.runtime.checkpoints.pretrained import save_pretrained
 from accelkw_core.runtime.checkpoints.project import (
     ProjectConfiguration,
@@ -117,6 +123,7 @@ class Checkpoints:
         # keeps a weak reference to the dict, which a plain dict cannot have).
         self._save_hooks: OrderedDict[int, SaveStateHook] = OrderedDict()
         self._load_hooks: OrderedDict[int, LoadStateHook] = OrderedDict()
+        self._rendezvous = SaveRendezvous()
 
     def register_save_state_pre_hook(self, hook: SaveStateHook) -> RemovableHandle:
         """Call ``hook(models, weights, output_dir)`` in every ``save_state``; its handle."""
@@ -160,7 +167,42 @@ class Checkpoints:
             folder = self._next_checkpoint()
         else:
             folder = _directory(output_dir, "output_dir")
-        folder = self._agreed_folder(folder)
+        # Before any collective: a save called on the main process only has no one to meet.
+        participation = self._rendezvous.meet(self.state)
+        if participation is Participation.LEFT_OUT:
+            warnings.warn(
+                f"save_state: the main process saved {folder} without this process (it reached "
+                f"save_state more than {JOIN_TIMEOUT_ENV} seconds apart); this process's random "
+                "states are not in that checkpoint",
+                CheckpointWarning,
+                stacklevel=3,
+            )
+            config.iteration += 1
+            return folder
+        if participation is Participation.MAIN_ALONE:
+            return self._save_alone(folder, safe_serialization)
+        return self._save(folder, safe_serialization)
+
+    def _save_alone(self, folder: Path, safe_serialization: bool) -> Path:
+        """The main process's save while the others are elsewhere: written, committed, alone."""
+        if self.state.values(MODEL_STATE) or self.state.values(MODEL_CHECKPOINT):
+            raise CheckpointError(
+                folder,
+                "cannot be saved by the main process alone: the model's state is sharded "
+                "across the processes, so every process must call save_state; nothing was "
+                "written",
+            )
+        # Its earlier background saves were every process's: they finish on their own group.
+        self.wait_for_checkpoints()
+        logger.info("saving the run's state to %s from the main process alone", folder)
+        with alone():
+            return self._save(folder, safe_serialization, background=False)
+
+    def _save(self, folder: Path, safe_serialization: bool, *, background: bool = True) -> Path:
+        config = self.project_configuration
+        solo = not background
+        if not solo:
+            folder = self._agreed_folder(folder)
         what = self.checkpointed()
         weights = (
             []
@@ -178,7 +220,7 @@ class Checkpoints:
             save_on_each_node=config.save_on_each_node,
             hooks=list(self._save_hooks.values()),
         )
-        executors = self.state.values(CHECKPOINT_EXECUTOR)
+        executors = self.state.values(CHECKPOINT_EXECUTOR) if background else []
         if executors:
             notes = self._submit(executors[0], folder, functools.partial(begin, staged=True))
         else:
@@ -191,7 +233,8 @@ class Checkpoints:
         if config.automatic_checkpoint_naming and not executors:
             if self.state.is_main_process:
                 self._prune()
-            self._barrier()
+            if not solo:
+                self._barrier()
         config.iteration += 1
         return folder
 
