@@ -121,7 +121,7 @@ def test_a_failing_or_killed_save_hook_leaves_the_previous_checkpoint_whole(
         raise RuntimeError("disk of the unet's shard went away")
 
     handle = acc.register_save_state_pre_hook(fails)
-    with pytest.raises(CheckpointError, match="pre-hook.*fails.*went away") as caught:
+    with pytest.raises(CheckpointError, match=r"pre-hook.*fails.*went away") as caught:
         acc.save_state(tmp_path / "ckpt")
     assert isinstance(caught.value.__cause__, RuntimeError)
     handle.remove()
@@ -134,7 +134,7 @@ def test_a_failing_or_killed_save_hook_leaves_the_previous_checkpoint_whole(
 
     current = port.weights(acc, lm, unet)
     load_handle = acc.register_load_state_pre_hook(load_fails)
-    with pytest.raises(CheckpointError, match="load_state pre-hook.*config mismatch"):
+    with pytest.raises(CheckpointError, match=r"load_state pre-hook.*config mismatch"):
         acc.load_state(tmp_path / "ckpt")
     assert port.weights(acc, lm, unet) == current
     load_handle.remove()
@@ -143,7 +143,7 @@ def test_a_failing_or_killed_save_hook_leaves_the_previous_checkpoint_whole(
     data = bytearray(weights_file.read_bytes())
     data[-1] ^= 0xFF
     weights_file.write_bytes(bytes(data))
-    with pytest.raises(CheckpointError, match="unet/diffusion_pytorch_model.safetensors"):
+    with pytest.raises(CheckpointError, match=r"unet/diffusion_pytorch_model\.safetensors"):
         acc.load_state(tmp_path / "ckpt")
     assert port.weights(acc, lm, unet) == current
     data[-1] ^= 0xFF
