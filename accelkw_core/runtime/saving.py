@@ -185,7 +185,7 @@ class Checkpoints:
 
     def _save_alone(self, folder: Path, safe_serialization: bool) -> Path:
         """The main process's save while the others are elsewhere: written, committed, alone."""
-        if self.state.values(MODEL_STATE) or self.state.values(MODEL_CHECKPOINT):
+        if bool(self.state.values(MODEL_STATE)) or bool(self.state.values(MODEL_CHECKPOINT)):
             raise CheckpointError(
                 folder,
                 "cannot be saved by the main process alone: the model's state is sharded "

@@ -67,13 +67,11 @@ def join_timeout() -> float:
 
 
 def _store() -> Any:
-    import torch.distributed as dist
-
     # torch names no public accessor for the default group's store; this one is what its own
     # store-based barrier uses. Prefixed, so nothing of ours meets anyone else's keys.
-    from torch.distributed.distributed_c10d import _get_default_store
+    from torch.distributed.distributed_c10d import PrefixStore, _get_default_store
 
-    return dist.PrefixStore("accelkw/save-rendezvous/", _get_default_store())
+    return PrefixStore("accelkw/save-rendezvous/", _get_default_store())
 
 
 def _text(value: bytes | str) -> str:
