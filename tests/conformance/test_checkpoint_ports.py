@@ -22,10 +22,11 @@ import pytest
 import torch
 
 import accelkw_core
-from accelkw_core import CheckpointError
+from accelkw_core import CheckpointError, ConfigError
 from accelkw_core.runtime.checkpoints import durable
 from accelkw_core.runtime.checkpoints.aliases import with_aliases, without_aliases
 from accelkw_core.runtime.checkpoints.manifest import read_manifest
+from accelkw_core.runtime.checkpoints.participants import JOIN_TIMEOUT_ENV, join_timeout
 from accelkw_core.testing import run_workers
 from tests import checkpoint_port_workers as port
 
@@ -97,7 +98,7 @@ def test_tied_weights_and_hooks_move_between_the_frameworks_on_one_and_two_proce
     solo = read_manifest(tmp_path / "solo")
     assert solo is not None and "random_states_1.pkl" not in solo.files
     assert f"unet/{port.UNET_WEIGHTS}" in solo.files
-    assert any("no random states of process 1" in w for w in r1["solo-warnings"])
+    assert any("holds none of process 1" in w for w in r1["solo-warnings"])
     assert not any("random states" in w for w in r0["solo-warnings"])
     assert not list(tmp_path.glob(f".*{durable.TMP_SUFFIX}"))
     # Accelerate resumes what two accelkw processes saved, together and from the main alone.
@@ -178,7 +179,9 @@ def test_a_failing_or_killed_save_hook_leaves_the_previous_checkpoint_whole(
     again.end_training()
 
 
-def test_shared_storage_keeps_every_value() -> None:
+def test_shared_storage_keeps_every_value_and_the_join_timeout_is_checked(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
     base = torch.arange(6.0)
     tied = torch.nn.Parameter(torch.ones(2, 3))
     state = {"a": tied, "b": tied, "first": base[:3], "second": base[3:]}
@@ -188,3 +191,9 @@ def test_shared_storage_keeps_every_value() -> None:
     assert kept["second"].untyped_storage().data_ptr() != base.untyped_storage().data_ptr()
     assert torch.equal(kept["second"], base[3:])
     assert with_aliases({"a": torch.zeros(2, 3)}, state)["b"] is not None
+    monkeypatch.setenv(JOIN_TIMEOUT_ENV, "0.5")
+    assert join_timeout() == 0.5
+    for bad in ("soon", "0", "-3"):
+        monkeypatch.setenv(JOIN_TIMEOUT_ENV, bad)
+        with pytest.raises(ConfigError, match=JOIN_TIMEOUT_ENV):
+            join_timeout()

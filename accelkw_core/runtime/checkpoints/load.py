@@ -327,10 +327,10 @@ def _read_random_states(
     elif reader.manifest is not None and "random_states_0.pkl" in reader.manifest.files:
         states = None
         read.notes.append(
-            f"the checkpoint holds no random states of process {state.rank} (it was saved "
-            "by fewer processes, or by the main process alone, as `if "
-            "accelerator.is_main_process: accelerator.save_state(...)` saves): this process "
-            "continues with its current ones"
+            f"could not restore the random states: the checkpoint holds none of process "
+            f"{state.rank} (it was saved by fewer processes, or by the main process alone, as "
+            "`if accelerator.is_main_process: accelerator.save_state(...)` saves); this "
+            "process continues with its current ones"
         )
     else:
         try:

@@ -32,7 +32,7 @@ from accelkw_core.errors import ConfigError
 if TYPE_CHECKING:
     from accelkw_core.runtime.state import AcceleratorState
 
-__all__ = ["JOIN_TIMEOUT_ENV", "Participation", "SaveRendezvous"]
+__all__ = ["JOIN_TIMEOUT_ENV", "Participation", "SaveRendezvous", "join_timeout"]
 
 #: How long (seconds) the main process waits for the others to reach ``save_state``.
 JOIN_TIMEOUT_ENV = "ACCELKW_SAVE_JOIN_TIMEOUT"
