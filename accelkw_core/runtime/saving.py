@@ -171,9 +171,9 @@ class Checkpoints:
         participation = self._rendezvous.meet(self.state)
         if participation is Participation.LEFT_OUT:
             warnings.warn(
-                f"save_state: the main process saved {folder} without this process (it reached "
-                f"save_state more than {JOIN_TIMEOUT_ENV} seconds apart); this process's random "
-                "states are not in that checkpoint",
+                f"save_state: the main process saved {folder} without this process (they "
+                f"reached save_state further apart than {JOIN_TIMEOUT_ENV} allows); this "
+                "process's random states are not in that checkpoint",
                 CheckpointWarning,
                 stacklevel=3,
             )

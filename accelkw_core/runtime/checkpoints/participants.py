@@ -13,8 +13,9 @@ processes find out who is saving without one, in the process group's key-value s
   instant is either in or out, never both;
 - when every process joined, the save is the usual one, agreed by all; otherwise the main
   process saves alone (its own random states only, as Accelerate's checkpoint holds), and a
-  process that had joined returns without saving. A process other than the main one that waits
-  longer than the timeout withdraws its claim the same way and returns.
+  process that had joined returns without saving. A process other than the main one waits
+  longer, :data:`FOLLOWER_FACTOR` times the timeout (the main process may be late after work of
+  its own, a validation, a log), then withdraws its claim the same way and returns.
 
 Slots are consumed in order by both sides, so a process that never called ``save_state`` during
 the main process's lone saves skips their ``alone`` slots the next time it does.
@@ -32,11 +33,13 @@ from accelkw_core.errors import ConfigError
 if TYPE_CHECKING:
     from accelkw_core.runtime.state import AcceleratorState
 
-__all__ = ["JOIN_TIMEOUT_ENV", "Participation", "SaveRendezvous", "join_timeout"]
+__all__ = ["FOLLOWER_FACTOR", "JOIN_TIMEOUT_ENV", "Participation", "SaveRendezvous", "join_timeout"]
 
 #: How long (seconds) the main process waits for the others to reach ``save_state``.
 JOIN_TIMEOUT_ENV = "ACCELKW_SAVE_JOIN_TIMEOUT"
 _DEFAULT_TIMEOUT = 5.0
+#: How many timeouts a process other than the main one waits for the main process.
+FOLLOWER_FACTOR = 30
 _POLL = 0.01
 _HERE, _JOINED, _ALONE, _WITHDRAWN = "here", "joined", "alone", "withdrawn"
 
@@ -131,7 +134,7 @@ class SaveRendezvous:
             # ``alone``: a save the main process made while this one was elsewhere.
             if _text(store.compare_set(key, "", _HERE)) == _HERE:
                 break
-        deadline = time.monotonic() + timeout
+        deadline = time.monotonic() + timeout * FOLLOWER_FACTOR
         verdict = f"{key}/verdict"
         while True:
             if store.check([verdict]):
