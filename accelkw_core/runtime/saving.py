@@ -33,7 +33,7 @@ from accelkw_core.runtime.checkpoints.load import LoadStateHook, load_checkpoint
 from accelkw_core.runtime.checkpoints.participants import (
     JOIN_TIMEOUT_ENV,
     Participation,
-    SaveRendezvous,
+    meet,
 )
 from accelkw_core.runtime.checkpoints.pretrained import save_pretrained
 from accelkw_core.runtime.checkpoints.project import (
@@ -123,7 +123,6 @@ class Checkpoints:
         # keeps a weak reference to the dict, which a plain dict cannot have).
         self._save_hooks: OrderedDict[int, SaveStateHook] = OrderedDict()
         self._load_hooks: OrderedDict[int, LoadStateHook] = OrderedDict()
-        self._rendezvous = SaveRendezvous()
 
     def register_save_state_pre_hook(self, hook: SaveStateHook) -> RemovableHandle:
         """Call ``hook(models, weights, output_dir)`` in every ``save_state``; its handle."""
@@ -168,7 +167,7 @@ class Checkpoints:
         else:
             folder = _directory(output_dir, "output_dir")
         # Before any collective: a save called on the main process only has no one to meet.
-        participation = self._rendezvous.meet(self.state)
+        participation = meet(self.state)
         if participation is Participation.LEFT_OUT:
             warnings.warn(
                 f"save_state: the main process saved {folder} without this process (they "

@@ -197,3 +197,42 @@ def test_shared_storage_keeps_every_value_and_the_join_timeout_is_checked(
         monkeypatch.setenv(JOIN_TIMEOUT_ENV, bad)
         with pytest.raises(ConfigError, match=JOIN_TIMEOUT_ENV):
             join_timeout()
+
+
+def test_the_save_rendezvous_tells_a_lone_main_process_from_every_process() -> None:
+    """The store protocol of a save, main process and one other as two threads on one store.
+
+    Each case orders the two by what the other has done, never by how long anything takes.
+    """
+    import threading
+    from types import SimpleNamespace
+
+    from accelkw_core.runtime.checkpoints import participants as p
+
+    store = torch.distributed.HashStore()
+    main = SimpleNamespace(rank=0, world_size=2)
+    timeout = 0.1
+
+    def other_first() -> tuple[Any, Any]:
+        """The other process claims its slot, then the main process comes (late or not)."""
+        found: dict[str, Any] = {}
+        slot = f"1/{p._pointer(store, 1)}"
+        thread = threading.Thread(target=lambda: found.update(other=p._join(store, 1, timeout)))
+        thread.start()
+        while not store.check([slot]):
+            threading.Event().wait(0.01)
+        found["main"] = p._lead(store, main, timeout)
+        thread.join()
+        return found["main"], found["other"]
+
+    everyone = (p.Participation.ALL, p.Participation.ALL)
+    assert other_first() == everyone
+    # The main process alone, twice (the other elsewhere), then every process again.
+    assert p._lead(store, main, timeout) is p.Participation.MAIN_ALONE
+    assert p._lead(store, main, timeout) is p.Participation.MAIN_ALONE
+    assert other_first() == everyone
+    # The other process waits for a main process that does not come, and gives up; the main
+    # process's next save skips the slot it withdrew, and the one after is everyone's again.
+    assert p._join(store, 1, timeout) is p.Participation.LEFT_OUT
+    assert p._lead(store, main, timeout) is p.Participation.MAIN_ALONE
+    assert other_first() == everyone

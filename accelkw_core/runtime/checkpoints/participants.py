@@ -17,8 +17,10 @@ processes find out who is saving without one, in the process group's key-value s
   longer, :data:`FOLLOWER_FACTOR` times the timeout (the main process may be late after work of
   its own, a validation, a log), then withdraws its claim the same way and returns.
 
-Slots are consumed in order by both sides, so a process that never called ``save_state`` during
-the main process's lone saves skips their ``alone`` slots the next time it does.
+Slots are decided in order, and the store keeps which is next, so a process that never called
+``save_state`` during the main process's lone saves skips their ``alone`` slots the next time
+it does, and a second ``Accelerator`` on the same process group continues where the first
+stopped.
 """
 
 from __future__ import annotations
@@ -33,7 +35,7 @@ from accelkw_core.errors import ConfigError
 if TYPE_CHECKING:
     from accelkw_core.runtime.state import AcceleratorState
 
-__all__ = ["FOLLOWER_FACTOR", "JOIN_TIMEOUT_ENV", "Participation", "SaveRendezvous", "join_timeout"]
+__all__ = ["FOLLOWER_FACTOR", "JOIN_TIMEOUT_ENV", "Participation", "join_timeout", "meet"]
 
 #: How long (seconds) the main process waits for the others to reach ``save_state``.
 JOIN_TIMEOUT_ENV = "ACCELKW_SAVE_JOIN_TIMEOUT"
@@ -81,82 +83,95 @@ def _text(value: bytes | str) -> str:
     return value.decode() if isinstance(value, bytes) else value
 
 
-class SaveRendezvous:
-    """One run's meeting point for its saves (``Checkpoints`` holds one per ``Accelerator``)."""
+def meet(state: AcceleratorState) -> Participation:
+    """Who takes part in this save; no collective, so a lone main process never waits."""
+    from accelkw_core.runtime import collectives as ops
 
-    def __init__(self) -> None:
-        # The next slot of each process: the main process tracks every other's, a process
-        # other than the main one its own. Both advance past every slot they see decided.
-        self._next: dict[int, int] = {}
+    if not (state.distributed and state.world_size > 1 and ops.has_group()):
+        return Participation.ALL
+    timeout = join_timeout()
+    store = _store()
+    if state.is_main_process:
+        return _lead(store, state, timeout)
+    return _join(store, state.rank, timeout)
 
-    def meet(self, state: AcceleratorState) -> Participation:
-        """Who takes part in this save; no collective, so a lone main process never waits."""
-        from accelkw_core.runtime import collectives as ops
 
-        if not (state.distributed and state.world_size > 1 and ops.has_group()):
-            return Participation.ALL
-        timeout = join_timeout()
-        store = _store()
-        if state.is_main_process:
-            return self._lead(store, state, timeout)
-        return self._join(store, state.rank, timeout)
+# Each process other than the main one has a sequence of slots, ``<rank>/<n>``, and a pointer to
+# the first one not yet decided, ``<rank>/next``, both in the store (not in any Accelerator:
+# a second Accelerator on the same process group continues the sequence). Exactly one process
+# decides each slot (its compare_set succeeds) and then moves the pointer on.
 
-    def _slot(self, rank: int) -> tuple[str, int]:
-        slot = self._next.get(rank, 0)
-        self._next[rank] = slot + 1
-        return f"{rank}/{slot}", slot
 
-    def _lead(self, store: Any, state: AcceleratorState, timeout: float) -> Participation:
-        deadline = time.monotonic() + timeout
-        joined: list[str] = []
-        everyone = True
-        for rank in range(state.world_size):
-            if rank == state.rank:
+def _pointer(store: Any, rank: int) -> int:
+    return int(store.add(f"{rank}/next", 0))
+
+
+def _advance(store: Any, rank: int) -> None:
+    store.add(f"{rank}/next", 1)
+
+
+def _moved_past(store: Any, rank: int, slot: int) -> None:
+    """Wait for the process that decided ``slot`` to move the pointer on (at once, after it)."""
+    while _pointer(store, rank) <= slot:
+        time.sleep(_POLL)
+
+
+def _lead(store: Any, state: AcceleratorState, timeout: float) -> Participation:
+    deadline = time.monotonic() + timeout
+    joined: list[str] = []
+    everyone = True
+    for rank in range(state.world_size):
+        if rank == state.rank:
+            continue
+        while True:
+            slot = _pointer(store, rank)
+            key = f"{rank}/{slot}"
+            value = _take(store, key, deadline)
+            if value == _WITHDRAWN:
+                # It gave up waiting for an earlier save of ours; its next slot is this save's.
+                _moved_past(store, rank, slot)
                 continue
-            while True:
-                key, _ = self._slot(rank)
-                value = _take(store, key, deadline)
-                if value == _WITHDRAWN:
-                    continue  # it gave up waiting before we came; its next slot is this save's
-                if value == _JOINED:
-                    joined.append(key)
-                else:
-                    everyone = False
-                break
-        verdict = Participation.ALL if everyone else Participation.MAIN_ALONE
-        for key in joined:
-            store.set(f"{key}/verdict", verdict.value)
-        return verdict
+            _advance(store, rank)
+            if value == _JOINED:
+                joined.append(key)
+            else:
+                everyone = False
+            break
+    verdict = Participation.ALL if everyone else Participation.MAIN_ALONE
+    for key in joined:
+        store.set(f"{key}/verdict", verdict.value)
+    return verdict
 
-    def _join(self, store: Any, rank: int, timeout: float) -> Participation:
-        while True:
-            key, _ = self._slot(rank)
-            # ``alone``: a save the main process made while this one was elsewhere.
-            if _text(store.compare_set(key, "", _HERE)) == _HERE:
-                break
-        deadline = time.monotonic() + timeout * FOLLOWER_FACTOR
-        verdict = f"{key}/verdict"
-        while True:
-            if store.check([verdict]):
-                found = _text(store.get(verdict))
-                return (
-                    Participation.ALL
-                    if found == Participation.ALL.value
-                    else Participation.LEFT_OUT
-                )
-            # Past the deadline, withdraw; if the main process took the slot first, its
-            # verdict follows.
-            if (
-                time.monotonic() > deadline
-                and _text(store.compare_set(key, _HERE, _WITHDRAWN)) == _WITHDRAWN
-            ):
-                return Participation.LEFT_OUT
-            time.sleep(_POLL)
+
+def _join(store: Any, rank: int, timeout: float) -> Participation:
+    while True:
+        slot = _pointer(store, rank)
+        key = f"{rank}/{slot}"
+        if _text(store.compare_set(key, "", _HERE)) == _HERE:
+            break
+        # Decided already (``alone``: a save the main process made while this one was
+        # elsewhere): wait for the pointer to move on, and claim the next.
+        _moved_past(store, rank, slot)
+    deadline = time.monotonic() + timeout * FOLLOWER_FACTOR
+    verdict = f"{key}/verdict"
+    while True:
+        if store.check([verdict]):
+            found = _text(store.get(verdict))
+            return Participation.ALL if found == Participation.ALL.value else Participation.LEFT_OUT
+        # Past the deadline, withdraw; if the main process took the slot first, its verdict
+        # follows.
+        if (
+            time.monotonic() > deadline
+            and _text(store.compare_set(key, _HERE, _WITHDRAWN)) == _WITHDRAWN
+        ):
+            _advance(store, rank)
+            return Participation.LEFT_OUT
+        time.sleep(_POLL)
 
 
 def _take(store: Any, key: str, deadline: float) -> str:
-    """Wait until ``deadline`` for ``key`` to be claimed, then take it: ``joined``, ``alone``
-    (we claimed it empty) or ``withdrawn``."""
+    """Wait until ``deadline`` for ``key`` to be claimed, then decide it: ``joined``, ``alone``
+    (still empty: claimed for the main process), or ``withdrawn`` (decided by its process)."""
     while True:
         if store.check([key]) or time.monotonic() > deadline:
             value = _text(store.compare_set(key, "", _ALONE))
