@@ -29,6 +29,7 @@ from accelkw_core.runtime.checkpoints.manifest import read_manifest
 from accelkw_core.runtime.checkpoints.participants import JOIN_TIMEOUT_ENV, join_timeout
 from accelkw_core.testing import run_workers
 from tests import checkpoint_port_workers as port
+from tests.conformance.differences import listed
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -72,6 +73,8 @@ def test_tied_weights_and_hooks_move_between_the_frameworks_on_one_and_two_proce
     assert ours == theirs and ours["tied"]
     manifest = read_manifest(tmp_path / "one")
     assert manifest is not None
+    # The hook wrote into the temporary folder, and its files are the checkpoint's.
+    listed("checkpoint-hooks-and-lone-saves")
     assert {"unet/config.json", f"unet/{port.UNET_WEIGHTS}"} <= set(manifest.files)
     # Each framework resumes the other's checkpoint, on one process, ties kept.
     assert _loaded_by(accelkw_core, tmp_path / "accel") == theirs
