@@ -506,6 +506,11 @@ class Accelerator:
         ``model.safetensors`` (``pytorch_model.bin`` with ``safe_serialization=False``). The
         folder appears complete or not at all: a save interrupted at any instant leaves the
         previous checkpoint of that name untouched. Returns the folder.
+
+        Called on the main process only (``if accelerator.is_main_process:``), as Accelerate
+        allows, it saves alone once the others have not come within
+        ``ACCELKW_SAVE_JOIN_TIMEOUT`` seconds (default 5): a whole checkpoint holding the main
+        process's random states only, from which every process resumes.
         """
         return self._checkpoints.save_state(
             output_dir, safe_serialization, **save_model_func_kwargs
