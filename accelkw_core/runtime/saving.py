@@ -179,10 +179,17 @@ class Checkpoints:
             config.iteration += 1
             return folder
         if participation is Participation.MAIN_ALONE:
-            return self._save_alone(folder, safe_serialization)
-        return self._save(folder, safe_serialization)
+            notes = self._save_alone(folder, safe_serialization)
+        else:
+            folder = self._agreed_folder(folder)
+            notes = self._save(folder, safe_serialization)
+        for note in notes:
+            # this method, Accelerator.save_state, its caller
+            warnings.warn(f"save_state: {note}", CheckpointWarning, stacklevel=3)
+        config.iteration += 1
+        return folder
 
-    def _save_alone(self, folder: Path, safe_serialization: bool) -> Path:
+    def _save_alone(self, folder: Path, safe_serialization: bool) -> list[str]:
         """The main process's save while the others are elsewhere: written, committed, alone."""
         if bool(self.state.values(MODEL_STATE)) or bool(self.state.values(MODEL_CHECKPOINT)):
             raise CheckpointError(
@@ -195,13 +202,12 @@ class Checkpoints:
         self.wait_for_checkpoints()
         logger.info("saving the run's state to %s from the main process alone", folder)
         with alone():
-            return self._save(folder, safe_serialization, background=False)
+            return self._save(folder, safe_serialization, lone=True)
 
-    def _save(self, folder: Path, safe_serialization: bool, *, background: bool = True) -> Path:
+    def _save(self, folder: Path, safe_serialization: bool, *, lone: bool = False) -> list[str]:
+        """Save into ``folder``; the notes for warnings. ``lone``: the main process alone,
+        committed before it returns (no background writer, no barrier)."""
         config = self.project_configuration
-        solo = not background
-        if not solo:
-            folder = self._agreed_folder(folder)
         what = self.checkpointed()
         weights = (
             []
@@ -219,23 +225,19 @@ class Checkpoints:
             save_on_each_node=config.save_on_each_node,
             hooks=list(self._save_hooks.values()),
         )
-        executors = self.state.values(CHECKPOINT_EXECUTOR) if background else []
+        executors = [] if lone else self.state.values(CHECKPOINT_EXECUTOR)
         if executors:
             notes = self._submit(executors[0], folder, functools.partial(begin, staged=True))
         else:
             pending = begin()
             pending.complete()
             notes = pending.notes
-        for note in notes:
-            # this method, Accelerator.save_state, its caller
-            warnings.warn(f"save_state: {note}", CheckpointWarning, stacklevel=3)
         if config.automatic_checkpoint_naming and not executors:
             if self.state.is_main_process:
                 self._prune()
-            if not solo:
+            if not lone:
                 self._barrier()
-        config.iteration += 1
-        return folder
+        return notes
 
     def _submit(
         self, executor: CheckpointExecutor, folder: Path, begin: Callable[..., PendingSave]
