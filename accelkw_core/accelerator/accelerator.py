@@ -28,7 +28,9 @@ from accelkw_core.discovery.default_registry import get_registry
 from accelkw_core.discovery.registry import Registry
 from accelkw_core.logs import configure_from_env
 from accelkw_core.runtime.accumulation import GradientState
+from accelkw_core.runtime.checkpoints.load import LoadStateHook
 from accelkw_core.runtime.checkpoints.project import ProjectConfiguration
+from accelkw_core.runtime.checkpoints.save import SaveStateHook
 from accelkw_core.runtime.composition import compose
 from accelkw_core.runtime.data import DataLoading, dataloader_configuration
 from accelkw_core.runtime.dataloader_config import DataLoaderConfiguration
@@ -47,6 +49,7 @@ from accelkw_core.tracking.selection import LogWith, filter_trackers
 
 if TYPE_CHECKING:
     import torch
+    from torch.utils.hooks import RemovableHandle
 
     from accelkw_core.contract.handler import KwargsHandler
     from accelkw_core.contract.tracker import GeneralTracker
@@ -560,6 +563,11 @@ class Accelerator:
         ``model.safetensors`` (``pytorch_model.bin`` with ``safe_serialization=False``). The
         folder appears complete or not at all: a save interrupted at any instant leaves the
         previous checkpoint of that name untouched. Returns the folder.
+
+        Called on the main process only (``if accelerator.is_main_process:``), as Accelerate
+        allows, it saves alone once the others have not come within
+        ``ACCELKW_SAVE_JOIN_TIMEOUT`` seconds (default 5): a whole checkpoint holding the main
+        process's random states only, from which every process resumes.
         """
         return self._checkpoints.save_state(
             output_dir, safe_serialization, **save_model_func_kwargs
@@ -623,6 +631,26 @@ class Accelerator:
             writes = self.is_main_process
         if writes:
             save_object(obj, f, safe_serialization=safe_serialization)
+
+    def register_save_state_pre_hook(self, hook: SaveStateHook) -> RemovableHandle:
+        """Call ``hook(models, weights, output_dir)`` in :meth:`save_state`, before it writes.
+
+        As in Accelerate: ``models`` are the prepared models, ``weights`` a list of their state
+        dicts (a hook that saves a model its own way pops its entry, and the models left are
+        numbered in order), ``output_dir`` the folder being written, here the checkpoint's
+        temporary folder: what the hook writes there is listed in the manifest and committed
+        with the rest. Called on every process. ``handle.remove()`` unregisters it.
+        """
+        return self._checkpoints.register_save_state_pre_hook(hook)
+
+    def register_load_state_pre_hook(self, hook: LoadStateHook) -> RemovableHandle:
+        """Call ``hook(models, input_dir)`` in :meth:`load_state`, before it loads.
+
+        As in Accelerate: a hook that loads a model itself pops it from ``models``. Here it
+        runs once every file of the checkpoint is checked against its manifest, and what it
+        loaded is restored with the rest if the load fails. ``handle.remove()`` unregisters it.
+        """
+        return self._checkpoints.register_load_state_pre_hook(hook)
 
     def register_for_checkpointing(self, *objects: Any) -> None:
         """Save and load ``objects`` (each with ``state_dict``/``load_state_dict``) with the run."""

@@ -12,12 +12,13 @@ import functools
 import logging
 import os
 import warnings
+from collections import OrderedDict
 from collections.abc import Callable
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from accelkw_core.contract.contributions import CheckpointExecutor
-from accelkw_core.contract.points import CHECKPOINT_EXECUTOR, MODEL_CHECKPOINT
+from accelkw_core.contract.points import CHECKPOINT_EXECUTOR, MODEL_CHECKPOINT, MODEL_STATE
 from accelkw_core.errors import (
     CheckpointError,
     CheckpointNotFoundError,
@@ -25,19 +26,32 @@ from accelkw_core.errors import (
     ConfigError,
 )
 from accelkw_core.runtime.checkpoints.agreement import agree
+from accelkw_core.runtime.checkpoints.agreement import alone
 from accelkw_core.runtime.checkpoints.deferred import SaveJob
 from accelkw_core.runtime.checkpoints.durable import remove_tree
 from accelkw_core.runtime.checkpoints.layout import Checkpointed
-from accelkw_core.runtime.checkpoints.load import load_checkpoint
+from accelkw_core.runtime.checkpoints.load import LoadStateHook, load_checkpoint
+from accelkw_core.runtime.checkpoints.participants import (
+    JOIN_TIMEOUT_ENV,
+    Participation,
+    meet,
+)
 from accelkw_core.runtime.checkpoints.pretrained import save_pretrained
 from accelkw_core.runtime.checkpoints.project import (
     ProjectConfiguration,
     is_complete,
     numbered_checkpoints,
 )
-from accelkw_core.runtime.checkpoints.save import PendingSave, begin_save, model_state_dict
+from accelkw_core.runtime.checkpoints.save import (
+    PendingSave,
+    SaveStateHook,
+    begin_save,
+    model_state_dict,
+)
 
 if TYPE_CHECKING:
+    from torch.utils.hooks import RemovableHandle
+
     from accelkw_core.runtime.accumulation import GradientState
     from accelkw_core.runtime.prepared import Prepared
     from accelkw_core.runtime.state import AcceleratorState
@@ -45,6 +59,8 @@ if TYPE_CHECKING:
 __all__ = ["Checkpoints", "project_configuration"]
 
 logger = logging.getLogger("accelkw.checkpoint")
+
+H = TypeVar("H")
 
 
 def project_configuration(
@@ -89,6 +105,16 @@ def _directory(value: Any, what: str) -> Path:
         ) from None
 
 
+def _registered(hooks: OrderedDict[int, H], hook: H, what: str) -> RemovableHandle:
+    if not callable(hook):
+        raise ConfigError("accelerator", what, hook, "a callable")
+    from torch.utils.hooks import RemovableHandle
+
+    handle = RemovableHandle(hooks)
+    hooks[handle.id] = hook
+    return handle
+
+
 class Checkpoints:
     """Saves and loads what ``prepared`` holds, with ``gradient_state``'s step, where
     ``project_configuration`` says."""
@@ -105,6 +131,18 @@ class Checkpoints:
         self.prepared = prepared
         #: ``Accelerator.project_configuration``.
         self.project_configuration = project_configuration
+        # Keyed by their handles' ids, as torch.utils.hooks.RemovableHandle removes them (it
+        # keeps a weak reference to the dict, which a plain dict cannot have).
+        self._save_hooks: OrderedDict[int, SaveStateHook] = OrderedDict()
+        self._load_hooks: OrderedDict[int, LoadStateHook] = OrderedDict()
+
+    def register_save_state_pre_hook(self, hook: SaveStateHook) -> RemovableHandle:
+        """Call ``hook(models, weights, output_dir)`` in every ``save_state``; its handle."""
+        return _registered(self._save_hooks, hook, "register_save_state_pre_hook")
+
+    def register_load_state_pre_hook(self, hook: LoadStateHook) -> RemovableHandle:
+        """Call ``hook(models, input_dir)`` in every ``load_state``; its handle."""
+        return _registered(self._load_hooks, hook, "register_load_state_pre_hook")
 
     def _next_checkpoint(self) -> Path:
         config = self.project_configuration
@@ -160,7 +198,48 @@ class Checkpoints:
             folder = self._next_checkpoint()
         else:
             folder = _directory(output_dir, "output_dir")
-        folder = self._agreed_folder(folder)
+        # Before any collective: a save called on the main process only has no one to meet.
+        participation = meet(self.state)
+        if participation is Participation.LEFT_OUT:
+            warnings.warn(
+                f"save_state: the main process saved {folder} without this process (they "
+                f"reached save_state further apart than {JOIN_TIMEOUT_ENV} allows); this "
+                "process's random states are not in that checkpoint",
+                CheckpointWarning,
+                stacklevel=3,
+            )
+            config.iteration += 1
+            return folder
+        if participation is Participation.MAIN_ALONE:
+            notes = self._save_alone(folder, safe_serialization)
+        else:
+            folder = self._agreed_folder(folder)
+            notes = self._save(folder, safe_serialization)
+        for note in notes:
+            # this method, Accelerator.save_state, its caller
+            warnings.warn(f"save_state: {note}", CheckpointWarning, stacklevel=3)
+        config.iteration += 1
+        return folder
+
+    def _save_alone(self, folder: Path, safe_serialization: bool) -> list[str]:
+        """The main process's save while the others are elsewhere: written, committed, alone."""
+        if bool(self.state.values(MODEL_STATE)) or bool(self.state.values(MODEL_CHECKPOINT)):
+            raise CheckpointError(
+                folder,
+                "cannot be saved by the main process alone: the model's state is sharded "
+                "across the processes, so every process must call save_state; nothing was "
+                "written",
+            )
+        # Its earlier background saves were every process's: they finish on their own group.
+        self.wait_for_checkpoints()
+        logger.info("saving the run's state to %s from the main process alone", folder)
+        with alone():
+            return self._save(folder, safe_serialization, lone=True)
+
+    def _save(self, folder: Path, safe_serialization: bool, *, lone: bool = False) -> list[str]:
+        """Save into ``folder``; the notes for warnings. ``lone``: the main process alone,
+        committed before it returns (no background writer, no barrier)."""
+        config = self.project_configuration
         what = self.checkpointed()
         weights = (
             []
@@ -176,23 +255,21 @@ class Checkpoints:
             weights,
             safe_serialization=safe_serialization,
             save_on_each_node=config.save_on_each_node,
+            hooks=list(self._save_hooks.values()),
         )
-        executors = self.state.values(CHECKPOINT_EXECUTOR)
+        executors = [] if lone else self.state.values(CHECKPOINT_EXECUTOR)
         if executors:
             notes = self._submit(executors[0], folder, functools.partial(begin, staged=True))
         else:
             pending = begin()
             pending.complete()
             notes = pending.notes
-        for note in notes:
-            # this method, Accelerator.save_state, its caller
-            warnings.warn(f"save_state: {note}", CheckpointWarning, stacklevel=3)
         if config.automatic_checkpoint_naming and not executors:
             if self.state.is_main_process:
                 self._prune()
-            self._barrier()
-        config.iteration += 1
-        return folder
+            if not lone:
+                self._barrier()
+        return notes
 
     def _submit(
         self, executor: CheckpointExecutor, folder: Path, begin: Callable[..., PendingSave]
@@ -290,6 +367,7 @@ class Checkpoints:
             self.checkpointed(),
             load_kwargs=load_kwargs,
             model_kwargs=load_model_func_kwargs,
+            hooks=list(self._load_hooks.values()),
         )
 
     def _newest_complete(self) -> Path:

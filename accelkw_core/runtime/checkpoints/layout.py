@@ -10,12 +10,14 @@ and the manifest, last.
 
 from __future__ import annotations
 
+import contextlib
 import re
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from accelkw_core.runtime.checkpoints.manifest import MANIFEST
+from accelkw_core.errors import CheckpointError
+from accelkw_core.runtime.checkpoints.manifest import MANIFEST, read_manifest
 
 __all__ = ["MODEL", "SAFE_MODEL", "Checkpointed", "foreign_files", "numbered"]
 
@@ -65,5 +67,17 @@ def numbered(name: str, index: int) -> str:
 
 
 def foreign_files(folder: Path) -> list[str]:
-    """The names in ``folder`` that no checkpoint writes (``save_state`` would remove them)."""
-    return sorted(p.name for p in folder.iterdir() if not _CHECKPOINT_FILE.fullmatch(p.name))
+    """The names in ``folder`` that no checkpoint writes (``save_state`` would remove them).
+
+    What the folder's manifest lists is the checkpoint's too (a save-state hook's ``unet/``).
+    """
+    listed: set[str] = set()
+    with contextlib.suppress(CheckpointError):
+        manifest = read_manifest(folder)
+        if manifest is not None:
+            listed = {name.split("/", 1)[0] for name in manifest.files}
+    return sorted(
+        p.name
+        for p in folder.iterdir()
+        if not _CHECKPOINT_FILE.fullmatch(p.name) and p.name not in listed
+    )

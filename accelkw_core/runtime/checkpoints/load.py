@@ -14,7 +14,7 @@ import contextlib
 import copy
 import functools
 import warnings
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -27,7 +27,8 @@ from accelkw_core.errors import (
     CheckpointNotFoundError,
     CheckpointWarning,
 )
-from accelkw_core.runtime.checkpoints.agreement import agree, failures
+from accelkw_core.runtime.checkpoints.agreement import agree, failures, raise_agreed
+from accelkw_core.runtime.checkpoints.aliases import with_aliases
 from accelkw_core.runtime.checkpoints.files import CheckpointReader
 from accelkw_core.runtime.checkpoints.layout import MODEL, SAFE_MODEL, Checkpointed, numbered
 from accelkw_core.runtime.checkpoints.lock import WriterLock
@@ -38,12 +39,15 @@ from accelkw_core.runtime.checkpoints.save import recover_commit
 if TYPE_CHECKING:
     from accelkw_core.runtime.state import AcceleratorState
 
-__all__ = ["MODULE_PREFIX", "load_checkpoint"]
+__all__ = ["MODULE_PREFIX", "LoadStateHook", "load_checkpoint"]
 
 #: What ``DistributedDataParallel`` puts before every key of its state dict; accelkw 0.2 saved it.
 MODULE_PREFIX = "module."
 
 Restore = Callable[[], None]
+
+#: ``hook(models, input_dir)``: Accelerate's ``register_load_state_pre_hook``.
+LoadStateHook = Callable[[list[Any], str], None]
 
 
 @dataclass
@@ -247,6 +251,8 @@ def _read_models(
             )
             continue
         weights = _without_wrapper_prefix(weights, unwrapped, name, read.notes)
+        # A tied weight's second name is not in a safetensors file (either framework's).
+        weights = with_aliases(weights, unwrapped.state_dict())
         _check_weights(reader.folder / name, unwrapped, weights, strict)
         read.steps.append(
             _Step(
@@ -334,6 +340,14 @@ def _read_random_states(
     name = f"random_states_{state.rank}.pkl"
     if reader.manifest is not None and name in reader.manifest.files:
         states = reader.load(name)
+    elif reader.manifest is not None and "random_states_0.pkl" in reader.manifest.files:
+        states = None
+        read.notes.append(
+            f"could not restore the random states: the checkpoint holds none of process "
+            f"{state.rank} (it was saved by fewer processes, or by the main process alone, as "
+            "`if accelerator.is_main_process: accelerator.save_state(...)` saves); this "
+            "process continues with its current ones"
+        )
     else:
         try:
             states = reader.load(name)
@@ -430,6 +444,56 @@ def _recover_if_missing(state: AcceleratorState, folder: Path) -> BaseException 
     return None
 
 
+def _run_hooks(
+    hooks: Sequence[LoadStateHook], folder: Path, manifest: Any, what: Checkpointed
+) -> tuple[Checkpointed, list[Restore]]:
+    """Check every file, keep the models' weights, call the load-state pre-hooks.
+
+    Returns what is left for the core to load (the models no hook popped) and the ways back of
+    every model's weights (a hook loads into models before the rest is checked).
+    """
+    if manifest is not None:
+        # A hook reads the files it saved itself: each is checked before any hook runs.
+        for name in sorted(manifest.files):
+            manifest.check_file(folder, name)
+    kept = [_kept_weights(m.load_state_dict, m.state_dict)() for m in what.unwrapped]
+    models = list(what.models)
+    for hook in hooks:
+        try:
+            hook(models, str(folder))
+        except Exception as exc:
+            name = getattr(hook, "__qualname__", type(hook).__name__)
+            error = CheckpointError(
+                f"load_state pre-hook {name}",
+                f"failed ({_first_line(exc)}); every object the load had changed was restored",
+            )
+            _restore(kept, None, folder)
+            raise error from exc
+    left = {id(m) for m in models}
+    pairs = [(m, u) for m, u in zip(what.models, what.unwrapped, strict=True) if id(m) in left]
+    remaining = Checkpointed(
+        [m for m, _ in pairs],
+        what.optimizers,
+        what.schedulers,
+        what.data_loaders,
+        what.custom,
+        what.step,
+        unwrapped=[u for _, u in pairs],
+    )
+    return remaining, kept
+
+
+def _agree_or_restore(
+    state: AcceleratorState, error: BaseException | None, undo: list[Restore], folder: Path
+) -> None:
+    """Agree on a stage; on any process's failure, restore what ``undo`` holds and raise."""
+    failed = failures(state, error)
+    if failed:
+        if error is None:
+            _restore(undo, None, folder)
+        raise_agreed(error, failed)
+
+
 def load_checkpoint(
     state: AcceleratorState,
     folder: Path,
@@ -437,8 +501,13 @@ def load_checkpoint(
     *,
     load_kwargs: dict[str, Any] | None = None,
     model_kwargs: dict[str, Any] | None = None,
+    hooks: Sequence[LoadStateHook] = (),
 ) -> int | None:
     """Check the checkpoint in ``folder`` whole, then load it into the objects of ``what``.
+
+    ``hooks`` (``register_load_state_pre_hook``'s) are called with the prepared models and the
+    folder once every file of the checkpoint is checked; the models they pop are not loaded
+    here, and what they loaded is restored with the rest when the load fails.
 
     Returns the saved ``step``, or ``None`` when this process's random states were not in an
     Accelerate checkpoint (a warning says so). Raises :class:`CheckpointError`, having changed
@@ -468,14 +537,22 @@ def load_checkpoint(
             CheckpointWarning,
             stacklevel=3,
         )
+    kept: list[Restore] = []
+    if hooks:
+        try:
+            what, kept = _run_hooks(hooks, folder, manifest, what)
+        except BaseException as exc:
+            error = exc
+        _agree_or_restore(state, error, kept, folder)
     read = _Read()
     try:
         reader = CheckpointReader(folder, manifest, state)
         read = _read_all(reader, state, what, dict(load_kwargs or {}), dict(model_kwargs or {}))
     except BaseException as exc:
         error = exc
-    agree(state, error)
-    undo: list[Restore] = []
+        _restore(kept, None, folder)
+    _agree_or_restore(state, error, kept, folder)
+    undo: list[Restore] = list(kept)
     for stage in ([s for s in read.steps if not s.checked], [s for s in read.steps if s.checked]):
         done, refused, error = _apply(stage, folder)
         undo += done

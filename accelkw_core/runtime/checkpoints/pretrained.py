@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from accelkw_core.runtime.checkpoints import durable
+from accelkw_core.runtime.checkpoints.aliases import without_aliases
 from accelkw_core.runtime.checkpoints.layout import MODEL, SAFE_MODEL
 
 __all__ = ["save_object", "save_pretrained"]
@@ -29,7 +30,7 @@ def save_pretrained(
 
     folder.mkdir(parents=True, exist_ok=True)
     if safe_serialization:
-        weights = _without_aliases(weights)
+        weights = without_aliases(weights)
     name = SAFE_MODEL if safe_serialization else MODEL
     stem, suffix = name.rsplit(".", 1)
     split = split_torch_state_dict_into_shards(
@@ -50,19 +51,6 @@ def save_pretrained(
         index = {"metadata": split.metadata, "weight_map": split.tensor_to_filename}
         text = json.dumps(index, indent=2, sort_keys=True) + "\n"
         _replace_bytes(folder / (name + ".index.json"), text.encode())
-
-
-def _without_aliases(weights: dict[str, Any]) -> dict[str, Any]:
-    """Keep the first of tensors sharing storage (tied weights), as safetensors requires."""
-    seen: set[tuple[Any, int]] = set()
-    out: dict[str, Any] = {}
-    for key, tensor in weights.items():
-        ident = (tensor.device, tensor.untyped_storage().data_ptr())
-        if ident in seen:
-            continue
-        seen.add(ident)
-        out[key] = tensor
-    return out
 
 
 def _replace_bytes(path: Path, data: bytes | memoryview) -> None:

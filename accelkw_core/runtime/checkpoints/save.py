@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import contextlib
 import os
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -30,6 +30,7 @@ from accelkw_core.runtime.checkpoints.agreement import (
     node_of,
     raise_agreed,
 )
+from accelkw_core.runtime.checkpoints.aliases import without_aliases
 from accelkw_core.runtime.checkpoints.files import CheckpointWriter
 from accelkw_core.runtime.checkpoints.layout import (
     MODEL,
@@ -39,7 +40,7 @@ from accelkw_core.runtime.checkpoints.layout import (
     numbered,
 )
 from accelkw_core.runtime.checkpoints.lock import WriterLock, is_held
-from accelkw_core.runtime.checkpoints.manifest import Manifest
+from accelkw_core.runtime.checkpoints.manifest import MANIFEST, Manifest
 from accelkw_core.runtime.checkpoints.project import is_complete
 from accelkw_core.runtime.checkpoints.random_states import random_states
 from accelkw_core.runtime.checkpoints.staging import StagingWriter
@@ -47,8 +48,12 @@ from accelkw_core.runtime.checkpoints.staging import StagingWriter
 if TYPE_CHECKING:
     from accelkw_core.runtime.state import AcceleratorState
 
+#: ``hook(models, weights, output_dir)``: Accelerate's ``register_save_state_pre_hook``.
+SaveStateHook = Callable[[list[Any], list[Any], str], None]
+
 __all__ = [
     "PendingSave",
+    "SaveStateHook",
     "begin_save",
     "model_state_dict",
     "recover_commit",
@@ -187,7 +192,7 @@ def _write_states(
                 writer.save(numbered("optimizer.bin", i), optimizer.state_dict())
             for i, model_weights in enumerate(weights):
                 if safe:
-                    writer.save_tensors(numbered(SAFE_MODEL, i), model_weights)
+                    writer.save_tensors(numbered(SAFE_MODEL, i), without_aliases(model_weights))
                 else:
                     writer.save(numbered(MODEL, i), model_weights)
         for i, scheduler in enumerate(what.schedulers):
@@ -255,6 +260,7 @@ def begin_save(
     save_on_each_node: bool = False,
     staged: bool = False,
     group: Any = None,
+    hooks: Sequence[SaveStateHook] = (),
 ) -> PendingSave:
     """Begin a save of ``folder``: lock, prepare, and write (or stage), on the caller's thread.
 
@@ -268,6 +274,11 @@ def begin_save(
     :meth:`PendingSave.complete` does the rest, on any thread; ``group`` is the process group
     it will agree on, given to the contributions (``CheckpointWriter.group``) for the
     collectives of writes they go on with in the background.
+
+    ``hooks`` (``register_save_state_pre_hook``'s) are called first, on every process, with the
+    prepared models, a list of their ``weights`` (a hook pops those it saves its own way) and
+    the temporary folder: what they write there is part of the checkpoint, listed in its
+    manifest and committed with the rest.
     """
     committer = _committer(state, save_on_each_node)
     # The lock is the folder's a link points to: two links to one folder share its writer.
@@ -281,6 +292,8 @@ def begin_save(
         )
         handlers: list[str] = []
         try:
+            weights = list(weights)
+            _run_hooks(hooks, list(what.models), weights, temporary)
             handlers = _write_states(
                 writer, state, what, weights, safe=safe_serialization, shared=committer
             )
@@ -377,6 +390,11 @@ class PendingSave:
             except BaseException as exc:
                 error = error or exc
             entries = _gather_entries(state, writer, error, per_node=self._per_node, group=group)
+            if committer and error is None and entries is not None:
+                try:
+                    entries.update(_unlisted(temporary, entries))
+                except OSError as exc:
+                    error = durable.write_error(temporary, exc, "listed")
             if error is not None or entries is None:
                 if committer:
                     _discard(temporary)
@@ -404,6 +422,38 @@ class PendingSave:
         finally:
             if self._lock is not None:
                 self._lock.release()
+
+
+def _run_hooks(
+    hooks: Sequence[SaveStateHook], models: list[Any], weights: list[Any], temporary: Path
+) -> None:
+    """Call the save-state pre-hooks as Accelerate does; a failure names the hook."""
+    for hook in hooks:
+        try:
+            hook(models, weights, str(temporary))
+        except Exception as exc:
+            name = getattr(hook, "__qualname__", type(hook).__name__)
+            raise CheckpointError(
+                f"save_state pre-hook {name}",
+                f"failed ({type(exc).__name__}: {exc}); nothing was committed",
+            ) from exc
+
+
+def _unlisted(
+    temporary: Path, listed: dict[str, durable.FileEntry]
+) -> dict[str, durable.FileEntry]:
+    """The files in ``temporary`` no writer recorded (a save-state hook's), synced and hashed.
+
+    Looked for once every process has finished writing, so each is whole.
+    """
+    found: dict[str, durable.FileEntry] = {}
+    for dirpath, _, files in os.walk(temporary):
+        for file in files:
+            path = Path(dirpath) / file
+            name = path.relative_to(temporary).as_posix()
+            if name not in listed and name != MANIFEST:
+                found[name] = durable.entry_of(path)
+    return found
 
 
 def _gather_entries(
