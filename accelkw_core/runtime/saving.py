@@ -25,8 +25,7 @@ from accelkw_core.errors import (
     CheckpointWarning,
     ConfigError,
 )
-from accelkw_core.runtime.checkpoints.agreement import agree
-from accelkw_core.runtime.checkpoints.agreement import alone
+from accelkw_core.runtime.checkpoints.agreement import agree, alone
 from accelkw_core.runtime.checkpoints.deferred import SaveJob
 from accelkw_core.runtime.checkpoints.durable import remove_tree
 from accelkw_core.runtime.checkpoints.layout import Checkpointed

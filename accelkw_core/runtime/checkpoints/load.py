@@ -27,7 +27,7 @@ from accelkw_core.errors import (
     CheckpointNotFoundError,
     CheckpointWarning,
 )
-from accelkw_core.runtime.checkpoints.agreement import agree, failures, raise_agreed
+from accelkw_core.runtime.checkpoints.agreement import agree, failures
 from accelkw_core.runtime.checkpoints.aliases import with_aliases
 from accelkw_core.runtime.checkpoints.files import CheckpointReader
 from accelkw_core.runtime.checkpoints.layout import MODEL, SAFE_MODEL, Checkpointed, numbered
@@ -465,9 +465,9 @@ def _run_hooks(
             name = getattr(hook, "__qualname__", type(hook).__name__)
             error = CheckpointError(
                 f"load_state pre-hook {name}",
-                f"failed ({_first_line(exc)}); every object the load had changed was restored",
+                f"failed ({_first_line(exc)})",
             )
-            _restore(kept, None, folder)
+            _restore(kept, None, error)
             raise error from exc
     left = {id(m) for m in models}
     pairs = [(m, u) for m, u in zip(what.models, what.unwrapped, strict=True) if id(m) in left]
@@ -486,12 +486,28 @@ def _run_hooks(
 def _agree_or_restore(
     state: AcceleratorState, error: BaseException | None, undo: list[Restore], folder: Path
 ) -> None:
-    """Agree on a stage; on any process's failure, restore what ``undo`` holds and raise."""
+    """Agree on a stage; on any process's failure, restore what ``undo`` holds and raise.
+
+    The error raised is this process's own (kept as the cause when it is not a
+    :class:`CheckpointError`), else the first failed process's.
+    """
     failed = failures(state, error)
-    if failed:
-        if error is None:
-            _restore(undo, None, folder)
-        raise_agreed(error, failed)
+    if not failed:
+        return
+    if error is None:
+        rank, message = failed[0]
+        error = CheckpointError(f"(process {rank})", f"failed: {message}")
+    if not undo:
+        raise error
+    if isinstance(error, CheckpointError):
+        _restore(undo, None, error)
+        raise error
+    if not isinstance(error, Exception):  # Ctrl-C and the like go on as themselves
+        _restore(undo, None, CheckpointError(folder, "was interrupted while loading"))
+        raise error
+    wrapped = CheckpointError(folder, f"could not be loaded ({_first_line(error)})")
+    _restore(undo, None, wrapped)
+    raise wrapped from error
 
 
 def load_checkpoint(
@@ -550,7 +566,6 @@ def load_checkpoint(
         read = _read_all(reader, state, what, dict(load_kwargs or {}), dict(model_kwargs or {}))
     except BaseException as exc:
         error = exc
-        _restore(kept, None, folder)
     _agree_or_restore(state, error, kept, folder)
     undo: list[Restore] = list(kept)
     for stage in ([s for s in read.steps if not s.checked], [s for s in read.steps if s.checked]):

@@ -92,7 +92,7 @@ def save_object(obj: Any, f: Any, *, safe_serialization: bool) -> None:
     if safe_serialization:
         from safetensors.torch import save
 
-        tensors = _without_aliases(dict(obj))
+        tensors = without_aliases(dict(obj))
         data: bytes | memoryview = save(
             {k: v.detach().contiguous() for k, v in tensors.items()}, metadata={"format": "pt"}
         )
