@@ -229,10 +229,11 @@ class Checkpoints:
                 "across the processes, so every process must call save_state; nothing was "
                 "written",
             )
-        # Its earlier background saves were every process's: they finish on their own group.
-        self.wait_for_checkpoints()
         logger.info("saving the run's state to %s from the main process alone", folder)
         with alone():
+            # Its earlier background saves, every process's, finish on their own group; waiting
+            # for them is agreed with nobody, since the other processes are not in this call.
+            self.wait_for_checkpoints()
             return self._save(folder, safe_serialization, lone=True)
 
     def _save(self, folder: Path, safe_serialization: bool, *, lone: bool = False) -> list[str]:
