@@ -26,7 +26,8 @@ def add_parser(sub: Any) -> None:
         "--strict",
         action="store_true",
         help="exit 1 when any plugin failed, conflicts or is incompatible with this core, "
-        "or ACCELKW_PLUGINS / ACCELKW_DISABLE_PLUGINS name a plugin that is not installed",
+        "ACCELKW_PLUGINS / ACCELKW_DISABLE_PLUGINS name a plugin that is not installed, or "
+        "the handlers a run would apply contribute twice to an extension point that takes one",
     )
     lst.add_argument(
         "--refresh",
@@ -257,7 +258,27 @@ def _print_listing(args: argparse.Namespace, listing: dict[str, Any]) -> int:
     for p in bad:
         reason = p["error"]["message"] if p["error"] else ""
         print(f"accelkw: warning: plugin {p['name']!r} {p['status']}: {reason}", file=sys.stderr)
-    return 1 if args.strict and (bad or listing["typos"]) else 0
+    conflicts = _run_conflicts() if args.strict else []
+    return 1 if args.strict and (bad or listing["typos"] or conflicts) else 0
+
+
+def _run_conflicts() -> list[str]:
+    """The point conflicts among the handlers a run here would apply (printed), for --strict."""
+    from accelkw_core.cli.plan_cmd import planned_conflicts
+    from accelkw_core.config.settings import resolve_settings
+    from accelkw_core.discovery.default_registry import get_registry
+    from accelkw_core.errors import AccelkwError
+
+    registry = get_registry()
+    try:
+        settings = resolve_settings(registry=registry, collect_errors=True)
+    except AccelkwError as exc:  # the config is checked by `accelkw config check`
+        print(f"accelkw: warning: the run's handlers were not checked: {exc}", file=sys.stderr)
+        return []
+    found = [str(c) for c in planned_conflicts(settings, registry)]
+    for message in found:
+        print(f"accelkw: error: {message}", file=sys.stderr)
+    return found
 
 
 def cmd_show(args: argparse.Namespace) -> int:

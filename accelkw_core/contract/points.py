@@ -26,6 +26,7 @@ adds to them) or belong to the ``loop`` (``accumulation``, ``profiler``) or to `
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from typing import Any
 
 from accelkw_core.contract.contributions import (
@@ -86,6 +87,8 @@ __all__ = [
     "UNSCALE_GRADIENTS",
     "ExtensionPoint",
     "constant_name",
+    "point_conflicts",
+    "single_slot",
 ]
 
 FORWARD_CONTEXT: ExtensionPoint[ForwardContext] = ExtensionPoint(
@@ -300,3 +303,39 @@ POINTS: dict[str, ExtensionPoint[Any]] = {
         TEARDOWN,
     )
 }
+
+
+def single_slot(
+    point: ExtensionPoint[Any], handler: str, key: str | None
+) -> tuple[str, str | None] | None:
+    """Where a contribution takes the only place: ``(point, None)`` for a point of cardinality
+    one (whatever its key), ``(point, key)`` for a keyed point (the key defaults to the handler's
+    name), ``None`` for the points that take many.
+
+    Two contributions with one slot conflict: the runtime's ``state.contribute`` and the plan's
+    check before a run (:func:`point_conflicts`) both go by this rule.
+    """
+    if point.cardinality == ONE:
+        return (point.name, None)
+    if point.cardinality == KEYED:
+        return (point.name, handler if key is None else key)
+    return None
+
+
+def point_conflicts(
+    contributions: Iterable[tuple[str, str, str | None]],
+) -> list[tuple[str, str | None, list[str]]]:
+    """``(point, key, handlers)`` for each slot (:func:`single_slot`) that more than one of
+    ``contributions`` takes, the handlers in the order given; ``contributions`` are
+    ``(handler, point name, key)`` in apply order (unknown point names are left out)."""
+    slots: dict[tuple[str, str | None], list[str]] = {}
+    for handler, name, key in contributions:
+        spec = POINTS.get(name)
+        place = single_slot(spec, handler, key) if spec is not None else None
+        if place is not None:
+            slots.setdefault(place, []).append(handler)
+    return [
+        (point, key if POINTS[point].cardinality == KEYED else None, handlers)
+        for (point, key), handlers in slots.items()
+        if len(handlers) > 1
+    ]

@@ -8,9 +8,9 @@ from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING, Any, Literal, ParamSpec, TypeVar, cast, overload
 
 from accelkw_core.contract.extension_point import Contribution
-from accelkw_core.contract.points import KEYED, ONE, POINTS, TEARDOWN, ExtensionPoint
+from accelkw_core.contract.points import KEYED, POINTS, TEARDOWN, ExtensionPoint, single_slot
 from accelkw_core.contract.state import Entries, LogEntry
-from accelkw_core.errors import ConfigError, PointConflictError
+from accelkw_core.errors import ConfigError, Contributor, PointConflictError
 from accelkw_core.facts.environment import env_int
 from accelkw_core.facts.precision import MIXED_PRECISION_MODES
 
@@ -195,14 +195,14 @@ class AcceleratorState:
         entries = self._points.setdefault(spec.name, [])
         # A point of cardinality one takes one contribution, whatever key it was given: the
         # runtime reads one value, so a second would be silently ignored.
-        for other in entries:
-            if spec.cardinality == ONE or (spec.cardinality == KEYED and other.key == made.key):
-                raise PointConflictError(
-                    spec.name,
-                    (other.handler, self.distributions.get(other.handler)),
-                    (made.handler, self.distributions.get(made.handler)),
-                    made.key,
-                )
+        mine = single_slot(spec, made.handler, made.key)
+        clash = [o for o in entries if mine and single_slot(spec, o.handler, o.key) == mine]
+        if clash:
+            raise PointConflictError.of(
+                spec.name,
+                [Contributor(c.handler, self.distributions.get(c.handler)) for c in (*clash, made)],
+                made.key if spec.cardinality == KEYED else None,
+            )
         entries.append(made)
         self.version += 1
 

@@ -1,0 +1,132 @@
+"""Point conflicts before the run: ``plan``, ``plan --json``, ``config check`` and ``plugins list
+--strict`` name every contributor, as the run's own error does, with advice for where each came
+from. The plugins are real distributions installed in a scratch folder (entry points read by
+importlib_metadata), with the allow-list keeping the built-ins out of the picture."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from tests.conftest import run_accelkw, run_python, write_dist
+
+PLUGIN = """
+    import contextlib
+    from dataclasses import dataclass
+    from accelkw_core.plugin import PROFILER, KwargsHandler, Plan, handler_field, hookimpl
+
+    @dataclass
+    class {cls}(KwargsHandler):
+        \"\"\"Contributes a profiler (a point that takes one contribution).\"\"\"
+        name = "{name}"
+        level: int = handler_field(1, doc="how much", ge=0)
+
+        def plan(self, state):
+            return Plan(self.name).contribute(PROFILER, contextlib.nullcontext, "{name} profiles")
+
+    @hookimpl
+    def accelkw_register_handlers(register):
+        register({cls})
+"""
+
+NAMES = ("alpha", "beta", "gamma")
+ALLOW = {"ACCELKW_PLUGINS": ",".join(f"acme-{n}" for n in NAMES), "ACCELKW_NO_CACHE": "1"}
+
+
+def install(site: Path, tmp_path: Path) -> Path:
+    for name in NAMES:
+        module = f"acme_{name}"
+        source = PLUGIN.format(name=name, cls=name.title() + "Kwargs")
+        write_dist(site, f"acme-{name}", {name: module}, {f"{module}.py": source})
+    config = tmp_path / "accelkw.toml"
+    config.write_text("[handlers.beta]\nlevel = 2\n")  # beta asked for by the config
+    return config
+
+
+def test_plan_config_check_and_strict_listing_name_every_contributor(
+    site: Path, tmp_path: Path
+) -> None:
+    config = install(site, tmp_path)
+
+    plan = run_accelkw(["plan", "--config", str(config)], site, ALLOW)
+    assert plan.returncode == 1, plan.stdout + plan.stderr
+    message = plan.stderr
+    assert "extension point 'profiler' takes one contribution" in message
+    assert (
+        "'alpha' (acme-alpha, installed and on by default), 'beta' (acme-beta, asked for by the "
+        "config or environment) and 'gamma' (acme-gamma, installed and on by default) all "
+        "contribute" in message
+    )
+    # Advice for each: a default is disabled or uninstalled, a configured one is un-asked for.
+    assert "ACCELKW_DISABLE_PLUGINS=acme-alpha) or uninstall acme-alpha" in message
+    assert "ACCELKW_DISABLE_PLUGINS=acme-gamma) or uninstall acme-gamma" in message
+    assert "remove what asks for 'beta' ([handlers.beta]" in message
+    assert "kwargs_handlers" not in message  # none was passed in code
+
+    as_json = run_accelkw(["plan", "--json", "--config", str(config)], site, ALLOW)
+    assert as_json.returncode == 1
+    (conflict,) = as_json.json()["conflicts"]
+    assert conflict["point"] == "profiler" and conflict["key"] is None
+    assert [(h["name"], h["distribution"], h["origin"]) for h in conflict["handlers"]] == [
+        ("alpha", "acme-alpha", "default"),
+        ("beta", "acme-beta", "config"),
+        ("gamma", "acme-gamma", "default"),
+    ]
+    assert conflict["message"] in message
+
+    check = run_accelkw(["config", "check", str(config)], site, ALLOW)
+    assert check.returncode == 1 and conflict["message"] in check.stderr
+    assert "invalid: 1 error(s)" in check.stdout
+    check_json = run_accelkw(["config", "check", "--json", str(config)], site, ALLOW)
+    assert check_json.returncode == 1 and check_json.json()["conflicts"] == [conflict]
+
+    listed = run_accelkw(["plugins", "list", "--strict", "--refresh"], site, ALLOW)
+    # No config here: beta too is on by default.
+    assert listed.returncode == 1, listed.stderr
+    assert "'beta' (acme-beta, installed and on by default) and 'gamma'" in listed.stderr
+    relaxed = run_accelkw(["plugins", "list", "--refresh"], site, ALLOW)
+    assert relaxed.returncode == 0 and "takes one contribution" not in relaxed.stderr
+
+    # Two plugins turned off by the deny-list: no conflict left, and plan lists them as disabled.
+    deny = {**ALLOW, "ACCELKW_DISABLE_PLUGINS": "acme-beta,gamma"}
+    alone = run_accelkw(["plan"], site, deny)
+    assert alone.returncode == 0, alone.stderr
+    assert "disabled: plugin beta (acme-beta: in the deny-list ACCELKW_DISABLE_PLUGINS)" in (
+        alone.stdout
+    )
+    assert "disabled: plugin gamma (acme-gamma: in the deny-list" in alone.stdout
+    disabled = run_accelkw(["plan", "--json"], site, deny).json()["disabled"]
+    assert {"plugin beta", "plugin gamma"} <= set(disabled) and disabled["plugin beta"].endswith(
+        "in the deny-list ACCELKW_DISABLE_PLUGINS"
+    )
+
+
+def test_the_run_raises_the_plans_error_with_advice_for_a_handler_passed_in_code(
+    site: Path, tmp_path: Path
+) -> None:
+    config = install(site, tmp_path)
+    code = f"""
+        from acme_alpha import AlphaKwargs
+        from accelkw_core import Accelerator, PointConflictError
+        try:
+            Accelerator(cpu=True, kwargs_handlers=[AlphaKwargs()], config={str(config)!r})
+        except PointConflictError as exc:
+            print([tuple(c) for c in exc.contributors])
+            print(exc)
+        else:
+            print("composed")
+    """
+    result = run_python(code, site, ALLOW)
+    assert result.returncode == 0, result.stderr
+    contributors, message = result.stdout.splitlines()
+    assert contributors == str(
+        [
+            ("alpha", "acme-alpha", "code"),
+            ("beta", "acme-beta", "config"),
+            ("gamma", "acme-gamma", "default"),
+        ]
+    )
+    assert "'alpha' (acme-alpha, passed in code), 'beta'" in message
+    assert "drop 'alpha' from kwargs_handlers (it was passed in code)" in message
+    assert "remove what asks for 'beta'" in message
+    assert "ACCELKW_DISABLE_PLUGINS=acme-gamma" in message
+    assert "ACCELKW_DISABLE_PLUGINS=acme-alpha" not in message  # alpha came from code
