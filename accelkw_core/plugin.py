@@ -10,6 +10,7 @@ from accelkw_core.contract.contributions import (
     AccumulationPolicy,
     AfterStep,
     ApplyLoaded,
+    AroundBackward,
     AroundStep,
     Backward,
     CheckpointContribution,
@@ -36,6 +37,7 @@ from accelkw_core.contract.plan import Plan, PlanStep
 from accelkw_core.contract.points import (
     ACCUMULATION,
     AFTER_STEP,
+    AROUND_BACKWARD,
     AROUND_STEP,
     ATTRIBUTE,
     BACKWARD,
@@ -69,6 +71,7 @@ from accelkw_core.errors import (
 __all__ = [
     "ACCUMULATION",
     "AFTER_STEP",
+    "AROUND_BACKWARD",
     "AROUND_STEP",
     "ATTRIBUTE",
     "BACKWARD",
@@ -92,6 +95,7 @@ __all__ = [
     "AccumulationPolicy",
     "AfterStep",
     "ApplyLoaded",
+    "AroundBackward",
     "AroundStep",
     "Backward",
     "CheckpointContribution",

@@ -20,9 +20,9 @@ from typing import Any, ClassVar, Literal
 import pytest
 
 from accelkw_core.plugin import (
+    AROUND_BACKWARD,
     AROUND_STEP,
     ATTRIBUTE,
-    BACKWARD,
     CHECKPOINT,
     FORWARD_CONTEXT,
     MODEL_WRAPPER,
@@ -91,8 +91,8 @@ class ScaleKwargs(KwargsHandler):
 
         scaler = torch.amp.GradScaler("cpu", init_scale=self.init_scale)
 
-        def backward(loss: Any, **kwargs: Any) -> None:
-            scaler.scale(loss).backward(**kwargs)
+        def backward(loss: Any, proceed: Callable[[Any], None]) -> None:
+            proceed(scaler.scale(loss))
 
         def around(step: StepContext, proceed: Callable[[], Any]) -> Any:
             # Public GradScaler calls only: unscale, step when finite, update.
@@ -103,7 +103,7 @@ class ScaleKwargs(KwargsHandler):
             scaler.update()
             return result
 
-        plan.contribute(BACKWARD, backward, f"scaler init_scale={self.init_scale}")
+        plan.contribute(AROUND_BACKWARD, backward, f"scaler init_scale={self.init_scale}")
         plan.contribute(AROUND_STEP, around, "steps unscaled, skipped on inf")
         plan.contribute(ATTRIBUTE, scaler, "accelerator.scaler", key="scaler")
         return plan.contribute(CHECKPOINT, scaler, "scaler saved with the run")

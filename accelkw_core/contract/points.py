@@ -16,8 +16,8 @@ Cardinalities:
 - ``stack``: run in reverse order of contribution (teardowns).
 
 Roles: the points of cardinality one belong to one owner each, grouped as Lightning groups
-them: the **precision** role (how numbers are computed: ``backward``, ``unscale_gradients``,
-with the shared ``forward_context`` and ``forward_output``) and the **distribution** role (how
+them: the **precision** role (how numbers are computed: ``unscale_gradients`` and the deprecated
+``backward``, with the shared ``forward_context``, ``forward_output`` and ``around_backward``) and the **distribution** role (how
 the model is spread over processes: ``no_sync``, ``model_state``, ``model_checkpoint``, with the
 shared ``model_wrapper`` and ``optimizer_wrapper``). The other points are ``shared`` (anyone
 adds to them) or belong to the ``loop`` (``accumulation``, ``profiler``) or to ``checkpoint``
@@ -32,6 +32,7 @@ from typing import Any
 from accelkw_core.contract.contributions import (
     AccumulationPolicy,
     AfterStep,
+    AroundBackward,
     AroundStep,
     Backward,
     CheckpointContribution,
@@ -62,6 +63,7 @@ from accelkw_core.contract.extension_point import (
 __all__ = [
     "ACCUMULATION",
     "AFTER_STEP",
+    "AROUND_BACKWARD",
     "AROUND_STEP",
     "ATTRIBUTE",
     "BACKWARD",
@@ -133,7 +135,20 @@ LOSS: ExtensionPoint[LossTransform] = ExtensionPoint(
     "only observe it",
     "applied in composition order by ``accelerator.backward(loss)`` to the loss it will "
     "backpropagate (already divided by ``gradient_accumulation_steps``), before the "
-    "``backward`` contribution: under fp16 it sees the loss before the scaler scales it",
+    "``around_backward`` chain: under fp16 it sees the loss before the scaler scales it",
+    "shared",
+    "every rank, every ``backward`` call (each micro-step)",
+)
+AROUND_BACKWARD: ExtensionPoint[AroundBackward] = ExtensionPoint(
+    "around_backward",
+    MANY,
+    "a callable ``around(loss, proceed)`` (``AroundBackward``); ``proceed(loss)`` runs the "
+    "inner contributions and the backward with the loss it is given",
+    "nested around the backward of every ``accelerator.backward(loss)``, after the ``loss`` "
+    "contributions, the first contribution outermost (as ``around_step``): a loss scaler calls "
+    "``proceed(scaler.scale(loss))``, so the contributions composed after it see the scaled "
+    "loss and those before it the true one; the innermost ``proceed`` runs "
+    "``loss.backward(**kwargs)``; not calling ``proceed`` skips the backward",
     "shared",
     "every rank, every ``backward`` call (each micro-step)",
 )
@@ -141,10 +156,12 @@ BACKWARD: ExtensionPoint[Backward] = ExtensionPoint(
     "backward",
     ONE,
     "a callable ``backward(loss, **kwargs)`` (``Backward``)",
-    "what ``accelerator.backward(loss)`` runs instead of ``loss.backward()``, after the "
-    "``loss`` contributions",
+    "deprecated: what the innermost ``proceed`` of ``around_backward`` runs instead of "
+    "``loss.backward(**kwargs)``, with the loss the wrappers passed (scaled under fp16)",
     "precision",
     "every rank, every ``backward`` call",
+    deprecated="contribute to AROUND_BACKWARD instead (around(loss, proceed) calling "
+    "proceed(loss)), which composes with the grad scaler and other plugins",
 )
 AROUND_STEP: ExtensionPoint[AroundStep] = ExtensionPoint(
     "around_step",
@@ -288,6 +305,7 @@ POINTS: dict[str, ExtensionPoint[Any]] = {
         MODEL_WRAPPER,
         OPTIMIZER_WRAPPER,
         LOSS,
+        AROUND_BACKWARD,
         BACKWARD,
         AROUND_STEP,
         AFTER_STEP,
