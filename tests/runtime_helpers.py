@@ -220,6 +220,13 @@ def collectives_worker(rank: int) -> dict[str, Any]:
         total = acc.reduce(torch.tensor([1.0, float(rank)]), "sum")
         mean = acc.reduce(torch.tensor([2.0, float(rank)]), "mean")
         acc.wait_for_everyone()
+        # Numbers agreed across processes (a handler's step.agree_value / state.agree_value):
+        # rank 0 holds 1.5, rank 1 holds 4.
+        mine = [1.5, 4][rank]
+        step = StepContext(None, None, 0, acc.state)
+        agreed = {op: step.agree_value(mine, op=op) for op in ("sum", "mean", "max", "min")}
+        agreed["state_mean"] = acc.state.agree_value(mine)
+        agreed["flag"] = step.agree(rank == 1)
         wrapped = acc.prepare(torch.nn.Linear(2, 1))
         out = {
             "gathered": gathered.tolist(),
@@ -227,6 +234,7 @@ def collectives_worker(rank: int) -> dict[str, Any]:
             "nested": {"a": nested["a"].tolist(), "b": nested["b"][0].tolist()},
             "sum": total.tolist(),
             "mean": mean.tolist(),
+            "agreed": agreed,
             "wrapped": type(wrapped).__name__,
             "unwrapped": type(acc.unwrap_model(wrapped)).__name__,
             "process_index": acc.process_index,

@@ -56,7 +56,7 @@ class AcceleratorState(Protocol):
     The points: :meth:`contribute` adds to one (a :class:`~accelkw_core.contract.plan.Plan`
     does it for a handler), :meth:`values`, :meth:`keyed` and :meth:`contributions` read one.
     :meth:`record` keeps the log a user sees in ``accelkw plan``; :meth:`agree` makes every
-    process take the same decision.
+    process take the same decision, :meth:`agree_value` agree on one number.
     """
 
     @property
@@ -154,4 +154,12 @@ class AcceleratorState(Protocol):
         """``flag`` agreed by every process (``how="any"``: true on every rank when it is on
         any; ``"all"``: only when it is on all). Every process must call it, as often; with one
         process it is ``flag``."""
+        ...
+
+    def agree_value(
+        self, value: float, *, op: Literal["sum", "mean", "max", "min"] = "mean"
+    ) -> float:
+        """``value`` combined over every process by ``op`` (``"mean"``, ``"sum"``, ``"max"``,
+        ``"min"``): the same float on every rank. Every process must call it, as often; with one
+        process it is ``float(value)``."""
         ...

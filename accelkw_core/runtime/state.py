@@ -142,6 +142,16 @@ class AcceleratorState:
 
         return agree(flag, self, how)
 
+    def agree_value(
+        self, value: float, *, op: Literal["sum", "mean", "max", "min"] = "mean"
+    ) -> float:
+        """``value`` combined over every process by ``op``: the same number on every rank
+        (``"mean"``: the average, ``"sum"``, ``"max"``, ``"min"``). Every process calls it, as
+        often; with one, it is ``float(value)``."""
+        from accelkw_core.runtime.collectives import agree_value
+
+        return agree_value(value, self, op)
+
     def record(self, handler: str, message: str, *, applied: bool = True) -> None:
         """Log what ``handler`` did (``applied=True``) or why it did nothing.
 
