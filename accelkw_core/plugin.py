@@ -33,7 +33,7 @@ from accelkw_core.contract.contributions import (
 from accelkw_core.contract.enums import ReferenceEnum
 from accelkw_core.contract.extension_point import Contribution
 from accelkw_core.contract.handler import KwargsHandler, handler_field
-from accelkw_core.contract.plan import Plan, PlanStep
+from accelkw_core.contract.plan import Plan, PlanPoint, PlanStep
 from accelkw_core.contract.points import (
     ACCUMULATION,
     AFTER_STEP,
@@ -57,7 +57,7 @@ from accelkw_core.contract.points import (
     UNSCALE_GRADIENTS,
     ExtensionPoint,
 )
-from accelkw_core.contract.state import AcceleratorState
+from accelkw_core.contract.state import AcceleratorState, StatePoint
 from accelkw_core.contract.step import StepContext
 from accelkw_core.discovery.hookspecs import hookimpl
 from accelkw_core.errors import (
@@ -116,12 +116,14 @@ __all__ = [
     "OptimizerWrapper",
     "OutputConverter",
     "Plan",
+    "PlanPoint",
     "PlanStep",
     "PointConflictError",
     "ProfilerFactory",
     "ReferenceEnum",
     "SaveJob",
     "StartsFresh",
+    "StatePoint",
     "Stateful",
     "StepContext",
     "SuspendSync",

@@ -17,14 +17,15 @@ from accelkw_core.contract.extension_point import Contribution, ExtensionPoint
 if TYPE_CHECKING:
     import torch
 
-__all__ = ["AcceleratorState", "Entries", "LogEntry"]
+__all__ = ["AcceleratorState", "LogEntry", "StatePoint"]
 
 T = TypeVar("T")
 P = ParamSpec("P")
 
 
-class Entries(Protocol[P]):
-    """What ``state.contribute`` takes first: an extension point, whose :meth:`entry
+class StatePoint(Protocol[P]):
+    """What ``state.contribute`` takes first: an extension point constant of
+    :mod:`accelkw_core.plugin` (a name, the deprecated form, is reported as not one), whose :meth:`entry
     <accelkw_core.contract.extension_point.ExtensionPoint.entry>` makes the contribution from
     the arguments after it. Through ``P`` the point alone types them, so a wrong value is
     reported as "expected <the point's type>"."""
@@ -112,7 +113,7 @@ class AcceleratorState(Protocol):
         """The log lines recorded by ``handler``."""
         ...
 
-    def contribute(self, point: Entries[P], /, *args: P.args, **kwargs: P.kwargs) -> None:
+    def contribute(self, point: StatePoint[P], /, *args: P.args, **kwargs: P.kwargs) -> None:
         """``state.contribute(POINT, handler, value, key=None)``: add ``handler``'s ``value``
         to ``POINT`` (a constant of :mod:`accelkw_core.plugin`), checking its cardinality.
 

@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING, Any, Literal, ParamSpec, TypeVar, cast, overlo
 
 from accelkw_core.contract.extension_point import Contribution
 from accelkw_core.contract.points import KEYED, POINTS, TEARDOWN, ExtensionPoint, single_slot
-from accelkw_core.contract.state import Entries, LogEntry
+from accelkw_core.contract.state import LogEntry, StatePoint
 from accelkw_core.errors import ConfigError, Contributor, PointConflictError
 from accelkw_core.facts.environment import env_int
 from accelkw_core.facts.precision import MIXED_PRECISION_MODES
@@ -184,7 +184,7 @@ class AcceleratorState:
         """The log lines recorded by ``handler``."""
         return [e.message for e in self.log if e.handler == handler]
 
-    def contribute(self, point: Entries[P], /, *args: P.args, **kwargs: P.kwargs) -> None:
+    def contribute(self, point: StatePoint[P], /, *args: P.args, **kwargs: P.kwargs) -> None:
         """``state.contribute(POINT, handler, value, key=None)``: add ``handler``'s ``value``
         to ``POINT``, checking its cardinality.
 
@@ -201,7 +201,7 @@ class AcceleratorState:
             )
         # The registered point makes the entry: the constant itself, or the one a name (the
         # deprecated, untyped form) names; the arguments were typed against that point.
-        made = cast("Entries[P]", spec).entry(*args, **kwargs)
+        made = cast("StatePoint[P]", spec).entry(*args, **kwargs)
         entries = self._points.setdefault(spec.name, [])
         # A point of cardinality one takes one contribution, whatever key it was given: the
         # runtime reads one value, so a second would be silently ignored.
