@@ -16,7 +16,7 @@ import pytest
 
 from accelkw_core.testing import run_workers
 from tests import tracking_workers as workers
-from tests.conftest import run_python
+from tests.conftest import run_accelkw, run_python
 
 
 @pytest.mark.multiprocess
@@ -81,3 +81,20 @@ def test_plugins_list_shows_the_trackers_without_importing_torch(tmp_path: Path)
     assert real_out["trackers"] == warm_out["trackers"] == expected
     assert real_out["loaded"] and not warm_out["loaded"], "the second listing was not kept"
     assert not real_out["torch"] and not warm_out["torch"]
+
+
+def test_accelkw_env_shows_the_tracker_plugins_in_text_and_json() -> None:
+    text = run_accelkw(["env"])
+    assert text.returncode == 0, text.stderr
+    lines = text.stdout.splitlines()
+    assert any(
+        line.startswith("  accelkw-tensorboard ") and line.endswith("(trackers: tensorboard)")
+        for line in lines
+    ), text.stdout
+    assert any(line.endswith("(trackers: mlflow)") for line in lines), text.stdout
+    plugins = {p["name"]: p for p in run_accelkw(["env", "--json"]).json()["plugins"]}
+    assert (plugins["tensorboard"]["handlers"], plugins["tensorboard"]["trackers"]) == (
+        [],
+        ["tensorboard"],
+    )
+    assert plugins["mlflow"]["trackers"] == ["mlflow"]

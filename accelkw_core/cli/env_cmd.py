@@ -86,6 +86,7 @@ def collect_env() -> dict[str, Any]:
             "version": r.version,
             "status": r.status,
             "handlers": sorted(cls.name for cls in r.handlers),
+            "trackers": sorted(str(cls.name) for cls in r.trackers),
             "reason": r.reason or None,
         }
         for r in registry.plugins()
@@ -141,9 +142,12 @@ def cmd_env(args: argparse.Namespace) -> int:
         if key == "plugins":
             print("plugins:" if value else "plugins: none installed")
             for p in value:
-                handlers = ", ".join(p["handlers"]) or "-"
                 line = f"  {p['distribution'] or p['name']} {p['version'] or ''}".rstrip()
-                line += f": {p['status']} (handlers: {handlers})"
+                # What it contributes: handlers, trackers, or both; "-" only for neither.
+                kinds = [
+                    f"{kind}: {', '.join(p[kind])}" for kind in ("handlers", "trackers") if p[kind]
+                ]
+                line += f": {p['status']} ({'; '.join(kinds) or 'handlers: -'})"
                 print(line + (f": {p['reason']}" if p["reason"] else ""))
         elif isinstance(value, dict):
             print(f"{key}:" if value else f"{key}: (none set)")
