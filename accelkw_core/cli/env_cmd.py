@@ -33,8 +33,8 @@ def add_parser(sub: Any) -> None:
         "env",
         help="versions, plugins, devices, backends and variables, for bug reports",
         description="Print what a bug report needs: the versions of Python, torch and "
-        "accelkw-core, every plugin with its distribution, version and status, the devices and "
-        "distributed backends torch sees, the ACCELKW_* and torchrun variables that are set, "
+        "accelkw-core, every plugin with its distribution, version, status and what it "
+        "contributes (handlers, trackers), the devices and distributed backends torch sees, the ACCELKW_* and torchrun variables that are set, "
         "and each of Accelerate's variables (ACCELERATE_*, FSDP_*) that is set, with what "
         "accelkw does with it (honoured, refused or unused, and why). Paste the output into "
         "the report.",
