@@ -5,8 +5,15 @@ importlib_metadata), with the allow-list keeping the built-ins out of the pictur
 
 from __future__ import annotations
 
+import json
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
+import pytest
+
+from accelkw_core.cli.main import main
+from accelkw_core.discovery.default_registry import set_registry
+from tests import runtime_helpers as rh
 from tests.conftest import run_accelkw, run_python, write_dist
 
 PLUGIN = """
@@ -37,19 +44,47 @@ def install(site: Path, tmp_path: Path) -> Path:
         module = f"acme_{name}"
         source = PLUGIN.format(name=name, cls=name.title() + "Kwargs")
         write_dist(site, f"acme-{name}", {name: module}, {f"{module}.py": source})
-    config = tmp_path / "accelkw.toml"
+    config = tmp_path / "conf" / "accelkw.toml"  # given with --config: the working folder has none
+    config.parent.mkdir()
     config.write_text("[handlers.beta]\nlevel = 2\n")  # beta asked for by the config
     return config
 
 
-def test_plan_config_check_and_strict_listing_name_every_contributor(
-    site: Path, tmp_path: Path
-) -> None:
-    config = install(site, tmp_path)
+@pytest.fixture
+def installed(
+    site: Path,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+) -> Iterator[Callable[..., tuple[int, str, str]]]:
+    """The three distributions on this process's path, and ``accelkw ARGS`` run in-process
+    with a registry that reads their entry points (as the command does) under ``env``."""
+    install(site, tmp_path)
+    monkeypatch.syspath_prepend(str(site))
+    rh.clean_env(monkeypatch, tmp_path)
+    undo = set_registry(None)
 
-    plan = run_accelkw(["plan", "--config", str(config)], site, ALLOW)
-    assert plan.returncode == 1, plan.stdout + plan.stderr
-    message = plan.stderr
+    def accelkw(*argv: str, env: dict[str, str] = ALLOW) -> tuple[int, str, str]:
+        for key, value in env.items():
+            monkeypatch.setenv(key, value)
+        set_registry(None)  # a fresh one, reading the variables just set
+        code = main(list(argv))
+        out = capsys.readouterr()
+        for key in env:
+            monkeypatch.delenv(key)
+        return code, out.out, out.err
+
+    yield accelkw
+    undo()
+
+
+def test_plan_config_check_and_strict_listing_name_every_contributor(
+    installed: Callable[..., tuple[int, str, str]], tmp_path: Path
+) -> None:
+    config = str(tmp_path / "conf" / "accelkw.toml")
+
+    code, _, message = installed("plan", "--config", config)
+    assert code == 1, message
     assert "extension point 'profiler' takes one contribution" in message
     assert (
         "'alpha' (acme-alpha, installed and on by default), 'beta' (acme-beta, asked for by the "
@@ -62,9 +97,9 @@ def test_plan_config_check_and_strict_listing_name_every_contributor(
     assert "remove what asks for 'beta' ([handlers.beta]" in message
     assert "kwargs_handlers" not in message  # none was passed in code
 
-    as_json = run_accelkw(["plan", "--json", "--config", str(config)], site, ALLOW)
-    assert as_json.returncode == 1
-    (conflict,) = as_json.json()["conflicts"]
+    code, out, _ = installed("plan", "--json", "--config", config)
+    assert code == 1
+    (conflict,) = json.loads(out)["conflicts"]
     assert conflict["point"] == "profiler" and conflict["key"] is None
     assert [(h["name"], h["distribution"], h["origin"]) for h in conflict["handlers"]] == [
         ("alpha", "acme-alpha", "default"),
@@ -73,31 +108,36 @@ def test_plan_config_check_and_strict_listing_name_every_contributor(
     ]
     assert conflict["message"] in message
 
-    check = run_accelkw(["config", "check", str(config)], site, ALLOW)
-    assert check.returncode == 1 and conflict["message"] in check.stderr
-    assert "invalid: 1 error(s)" in check.stdout
-    check_json = run_accelkw(["config", "check", "--json", str(config)], site, ALLOW)
-    assert check_json.returncode == 1 and check_json.json()["conflicts"] == [conflict]
+    code, out, err = installed("config", "check", config)
+    assert code == 1 and conflict["message"] in err and "invalid: 1 error(s)" in out
+    code, out, _ = installed("config", "check", "--json", config)
+    assert code == 1 and json.loads(out)["conflicts"] == [conflict]
 
-    listed = run_accelkw(["plugins", "list", "--strict", "--refresh"], site, ALLOW)
+    code, _, err = installed("plugins", "list", "--strict", "--refresh")
     # No config here: beta too is on by default.
-    assert listed.returncode == 1, listed.stderr
-    assert "'beta' (acme-beta, installed and on by default) and 'gamma'" in listed.stderr
-    relaxed = run_accelkw(["plugins", "list", "--refresh"], site, ALLOW)
-    assert relaxed.returncode == 0 and "takes one contribution" not in relaxed.stderr
+    assert code == 1, err
+    assert "'beta' (acme-beta, installed and on by default) and 'gamma'" in err
+    code, _, err = installed("plugins", "list", "--refresh")
+    assert code == 0 and "takes one contribution" not in err
 
     # Two plugins turned off by the deny-list: no conflict left, and plan lists them as disabled.
     deny = {**ALLOW, "ACCELKW_DISABLE_PLUGINS": "acme-beta,gamma"}
-    alone = run_accelkw(["plan"], site, deny)
-    assert alone.returncode == 0, alone.stderr
-    assert "disabled: plugin beta (acme-beta: in the deny-list ACCELKW_DISABLE_PLUGINS)" in (
-        alone.stdout
-    )
-    assert "disabled: plugin gamma (acme-gamma: in the deny-list" in alone.stdout
-    disabled = run_accelkw(["plan", "--json"], site, deny).json()["disabled"]
-    assert {"plugin beta", "plugin gamma"} <= set(disabled) and disabled["plugin beta"].endswith(
-        "in the deny-list ACCELKW_DISABLE_PLUGINS"
-    )
+    code, out, err = installed("plan", env=deny)
+    assert code == 0, err
+    assert "disabled: plugin beta (acme-beta: in the deny-list ACCELKW_DISABLE_PLUGINS)" in out
+    assert "disabled: plugin gamma (acme-gamma: in the deny-list" in out
+    code, out, _ = installed("plan", "--json", env=deny)
+    disabled = json.loads(out)["disabled"]
+    assert {"plugin beta", "plugin gamma"} <= set(disabled)
+    assert disabled["plugin beta"].endswith("in the deny-list ACCELKW_DISABLE_PLUGINS")
+
+
+def test_the_command_fails_as_installed(site: Path, tmp_path: Path) -> None:
+    # The same, end to end: the installed command in a fresh interpreter.
+    config = install(site, tmp_path)
+    plan = run_accelkw(["plan", "--config", str(config)], site, ALLOW)
+    assert plan.returncode == 1, plan.stdout + plan.stderr
+    assert "'alpha' (acme-alpha, installed and on by default), 'beta'" in plan.stderr
 
 
 def test_the_run_raises_the_plans_error_with_advice_for_a_handler_passed_in_code(

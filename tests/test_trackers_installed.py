@@ -16,7 +16,7 @@ import pytest
 
 from accelkw_core.testing import run_workers
 from tests import tracking_workers as workers
-from tests.conftest import run_accelkw, run_python
+from tests.conftest import run_python
 
 
 @pytest.mark.multiprocess
@@ -83,16 +83,25 @@ def test_plugins_list_shows_the_trackers_without_importing_torch(tmp_path: Path)
     assert not real_out["torch"] and not warm_out["torch"]
 
 
-def test_accelkw_env_shows_the_tracker_plugins_in_text_and_json() -> None:
-    text = run_accelkw(["env"])
-    assert text.returncode == 0, text.stderr
-    lines = text.stdout.splitlines()
+def test_accelkw_env_shows_the_tracker_plugins_in_text_and_json(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    from accelkw_core.cli.main import main
+    from accelkw_core.discovery.default_registry import set_registry
+
+    undo = set_registry(None)  # the installed plugins, as the command reads them
+    try:
+        assert main(["env"]) == 0
+        lines = capsys.readouterr().out.splitlines()
+        assert main(["env", "--json"]) == 0
+        plugins = {p["name"]: p for p in json.loads(capsys.readouterr().out)["plugins"]}
+    finally:
+        undo()
     assert any(
         line.startswith("  accelkw-tensorboard ") and line.endswith("(trackers: tensorboard)")
         for line in lines
-    ), text.stdout
-    assert any(line.endswith("(trackers: mlflow)") for line in lines), text.stdout
-    plugins = {p["name"]: p for p in run_accelkw(["env", "--json"]).json()["plugins"]}
+    ), lines
+    assert any(line.endswith("(trackers: mlflow)") for line in lines), lines
     assert (plugins["tensorboard"]["handlers"], plugins["tensorboard"]["trackers"]) == (
         [],
         ["tensorboard"],
