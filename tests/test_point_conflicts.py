@@ -170,3 +170,23 @@ def test_the_run_raises_the_plans_error_with_advice_for_a_handler_passed_in_code
     assert "remove what asks for 'beta'" in message
     assert "ACCELKW_DISABLE_PLUGINS=acme-gamma" in message
     assert "ACCELKW_DISABLE_PLUGINS=acme-alpha" not in message  # alpha came from code
+
+
+def test_the_shared_rule_finds_keyed_conflicts_and_leaves_many_and_distinct_keys_alone() -> None:
+    from accelkw_core.contract.points import point_conflicts
+
+    steps = [
+        ("a", "attribute", "scaler"),
+        ("b", "attribute", "scaler"),  # one key of a keyed point: a conflict
+        ("a", "checkpoint", None),  # keyed by handler name: a's and b's differ
+        ("b", "checkpoint", None),
+        ("a", "model_wrapper", None),  # many: never a conflict
+        ("b", "model_wrapper", None),
+        ("a", "backward", "x"),  # one: whatever the key
+        ("c", "backward", "y"),
+        ("d", "no_such_point", None),
+    ]
+    assert point_conflicts(steps) == [
+        ("attribute", "scaler", ["a", "b"]),
+        ("backward", None, ["a", "c"]),
+    ]
