@@ -19,6 +19,7 @@ __all__ = [
     "build_plan",
     "cmd_plan",
     "conflict_json",
+    "default_conflicts",
     "denied_plugins",
     "planned_conflicts",
 ]
@@ -142,11 +143,54 @@ def planned_conflicts(settings: Settings, registry: Registry) -> list[PointConfl
         cpu=settings.cpu,
         world_size=world_size,
         local_world_size=world_size,
+        device_type=None if not settings.cpu and _torch_installed() else "cpu",
     )
     with _launch_rendezvous(world_size):
         plans, _ = plan_run(settings, state, registry)
     who = {hs.name: (hs.distribution, hs.origin) for hs in settings.handlers}
     return plan_conflicts(plans, who)
+
+
+def default_conflicts(registry: Registry) -> list[PointConflictError]:
+    """The point conflicts among the installed handlers on by default (no config read), planned
+    in each mixed precision on one and two processes: what ``plugins list --strict`` reports,
+    a function of what is installed only. Each conflict once, by its point, key and handlers."""
+    from accelkw_core.config.selection import handler_key, resolve_handlers
+    from accelkw_core.runtime.planning import plan_conflicts, plan_handler
+    from accelkw_core.runtime.state import AcceleratorState
+
+    handlers = resolve_handlers((), registry=registry)
+    who: dict[str, tuple[str | None, str | None]] = {}
+    for handler in handlers:
+        info = registry.info_for(type(handler))
+        who[handler_key(handler)] = (info.distribution if info else None, "default")
+    found: dict[tuple[str, str | None, tuple[str, ...]], PointConflictError] = {}
+    device = None if _torch_installed() else "cpu"
+    for world_size in (1, 2):
+        for precision in ("no", "fp16", "bf16"):
+            state = AcceleratorState(
+                mixed_precision=precision,
+                world_size=world_size,
+                local_world_size=world_size,
+                device_type=device,
+            )
+            with _launch_rendezvous(world_size):
+                plans = [plan_handler(handler_key(h), h, state) for h in handlers]
+            for error in plan_conflicts(plans, who):
+                names = tuple(c.handler for c in error.contributors)
+                found.setdefault((error.point, error.key, names), error)
+    return list(found.values())
+
+
+def _torch_installed() -> bool:
+    # Without torch (a torch-free install checking its config) no run can start, and the device
+    # changes which points a handler contributes to little: plan for the CPU, importing nothing.
+    import importlib.util
+
+    try:
+        return importlib.util.find_spec("torch") is not None
+    except ImportError:
+        return False
 
 
 @contextlib.contextmanager
