@@ -40,7 +40,9 @@ LAYERS = [
     {"facts", "logs"},
     {"discovery"},
     {"config", "tracking"},
-    {"runtime.state", "runtime.collectives"},
+    # The run's facts (the state, and the kind of run it describes itself with) and the
+    # collectives: what checkpoints build on.
+    {"runtime.state", "runtime.kinds", "runtime.collectives"},
     {"runtime.checkpoints"},
     {"runtime"},
     {"accelerator"},
