@@ -24,6 +24,7 @@ __all__ = [
     "AccumulationPolicy",
     "AfterStep",
     "ApplyLoaded",
+    "AroundBackward",
     "AroundStep",
     "Backward",
     "CheckpointContribution",
@@ -59,6 +60,12 @@ OptimizerWrapper = Callable[["torch.optim.Optimizer"], "torch.optim.Optimizer"]
 #: ``loss``: ``transform(loss) -> loss``, applied in ``Accelerator.backward`` before backward.
 LossTransform = Callable[["torch.Tensor"], "torch.Tensor"]
 
+#: ``around_backward``: ``around(loss, proceed)``, wrapped around the backward of
+#: ``Accelerator.backward``: ``proceed(loss)`` runs the inner contributions and the backward
+#: itself with the loss it is given (a loss scaler passes the scaled loss); not calling it skips
+#: the backward.
+AroundBackward = Callable[["torch.Tensor", Callable[["torch.Tensor"], None]], None]
+
 #: ``unscale_gradients``: ``unscale(optimizer)``, divides its gradients by the loss scale.
 Unscale = Callable[["torch.optim.Optimizer"], None]
 
@@ -76,7 +83,8 @@ ApplyLoaded = Callable[[], None]
 
 
 class Backward(Protocol):
-    """``backward``: runs the backward pass of ``loss`` in place of ``loss.backward(**kwargs)``."""
+    """``backward`` (deprecated, use ``AroundBackward``): runs the backward pass of ``loss`` in
+    place of ``loss.backward(**kwargs)``, inside the ``around_backward`` chain."""
 
     def __call__(self, loss: torch.Tensor, **kwargs: Any) -> None: ...
 

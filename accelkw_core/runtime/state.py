@@ -8,9 +8,9 @@ from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING, Any, Literal, ParamSpec, TypeVar, cast, overload
 
 from accelkw_core.contract.extension_point import Contribution
-from accelkw_core.contract.points import KEYED, ONE, POINTS, TEARDOWN, ExtensionPoint
-from accelkw_core.contract.state import Entries, LogEntry
-from accelkw_core.errors import ConfigError, PointConflictError
+from accelkw_core.contract.points import KEYED, POINTS, TEARDOWN, ExtensionPoint, single_slot
+from accelkw_core.contract.state import LogEntry, StatePoint
+from accelkw_core.errors import ConfigError, Contributor, PointConflictError
 from accelkw_core.facts.environment import env_int
 from accelkw_core.facts.precision import MIXED_PRECISION_MODES
 
@@ -142,6 +142,16 @@ class AcceleratorState:
 
         return agree(flag, self, how)
 
+    def agree_value(
+        self, value: float, *, op: Literal["sum", "mean", "max", "min"] = "mean"
+    ) -> float:
+        """``value`` combined over every process by ``op``: the same number on every rank
+        (``"mean"``: the average, ``"sum"``, ``"max"``, ``"min"``). Every process calls it, as
+        often; with one, it is ``float(value)``."""
+        from accelkw_core.runtime.collectives import agree_value
+
+        return agree_value(value, self, op)
+
     def record(self, handler: str, message: str, *, applied: bool = True) -> None:
         """Log what ``handler`` did (``applied=True``) or why it did nothing.
 
@@ -174,7 +184,7 @@ class AcceleratorState:
         """The log lines recorded by ``handler``."""
         return [e.message for e in self.log if e.handler == handler]
 
-    def contribute(self, point: Entries[P], /, *args: P.args, **kwargs: P.kwargs) -> None:
+    def contribute(self, point: StatePoint[P], /, *args: P.args, **kwargs: P.kwargs) -> None:
         """``state.contribute(POINT, handler, value, key=None)``: add ``handler``'s ``value``
         to ``POINT``, checking its cardinality.
 
@@ -191,18 +201,18 @@ class AcceleratorState:
             )
         # The registered point makes the entry: the constant itself, or the one a name (the
         # deprecated, untyped form) names; the arguments were typed against that point.
-        made = cast("Entries[P]", spec).entry(*args, **kwargs)
+        made = cast("StatePoint[P]", spec).entry(*args, **kwargs)
         entries = self._points.setdefault(spec.name, [])
         # A point of cardinality one takes one contribution, whatever key it was given: the
         # runtime reads one value, so a second would be silently ignored.
-        for other in entries:
-            if spec.cardinality == ONE or (spec.cardinality == KEYED and other.key == made.key):
-                raise PointConflictError(
-                    spec.name,
-                    (other.handler, self.distributions.get(other.handler)),
-                    (made.handler, self.distributions.get(made.handler)),
-                    made.key,
-                )
+        mine = single_slot(spec, made.handler, made.key)
+        clash = [o for o in entries if mine and single_slot(spec, o.handler, o.key) == mine]
+        if clash:
+            raise PointConflictError.of(
+                spec.name,
+                [Contributor(c.handler, self.distributions.get(c.handler)) for c in (*clash, made)],
+                made.key if spec.cardinality == KEYED else None,
+            )
         entries.append(made)
         self.version += 1
 

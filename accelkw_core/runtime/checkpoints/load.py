@@ -325,10 +325,19 @@ def _read_all(
         (owners if step.keep is None else read.steps).append(step)
     read.steps += owners
     if saved_handlers is not None:
+        shipped = reader.manifest.distributions if reader.manifest is not None else {}
         for key in sorted(saved_handlers - set(keyed)):
+            dist = shipped.get(key)
+            hint = (
+                f"; to load it, install {dist} (pip install {dist}) or enable it if it is"
+                " installed but turned off"
+                if dist
+                else ""
+            )
             read.notes.append(
-                f"the checkpoint holds state of handler {key!r}, which is not in this run: "
-                "left alone"
+                f"the checkpoint holds state of handler {key!r}"
+                + (f" (from {dist})" if dist else "")
+                + f", which is not in this run: left alone{hint}"
             )
     _read_random_states(reader, state, what, read)
     return read

@@ -1,8 +1,8 @@
 """The manifest of a checkpoint folder: what it holds, written last, checked before any load.
 
 ``accelkw_checkpoint.json`` lists every file of the checkpoint (path relative to the folder, size,
-XXH3-64 hash), the accelkw version and world size that wrote it, the step, and the keys of the
-handlers whose state it holds. A folder without one was written by Accelerate (or by accelkw
+XXH3-64 hash), the accelkw version and world size that wrote it, the step, the keys of the
+handlers whose state it holds and the distributions that shipped them. A folder without one was written by Accelerate (or by accelkw
 before 0.3); a folder whose manifest does not match its files is damaged. Torch-free.
 """
 
@@ -32,6 +32,8 @@ class Manifest:
     world_size: int
     step: int = 0
     handlers: list[str] = field(default_factory=list)
+    #: The distribution of each saved handler that came from one (key -> distribution name).
+    distributions: dict[str, str] = field(default_factory=dict)
     files: dict[str, FileEntry] = field(default_factory=dict)
     version: str = __version__
     format: int = FORMAT
@@ -44,6 +46,7 @@ class Manifest:
             "world_size": self.world_size,
             "step": self.step,
             "handlers": sorted(self.handlers),
+            "distributions": dict(sorted(self.distributions.items())),
             "files": {
                 name: {"size": e.size, "xxh3_64": f"{e.xxh3:016x}"}
                 for name, e in sorted(self.files.items())
@@ -150,6 +153,7 @@ def read_manifest(folder: Path) -> Manifest | None:
             world_size=int(raw.get("world_size", 1)),
             step=int(raw.get("step", 0)),
             handlers=[str(h) for h in raw.get("handlers", [])],
+            distributions={str(k): str(v) for k, v in dict(raw.get("distributions", {})).items()},
             files=_entries(raw.get("files", {}), path),
             version=str(raw.get("accelkw", "?")),
             format=fmt,

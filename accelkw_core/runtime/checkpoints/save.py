@@ -170,6 +170,17 @@ def _prepare_target(folder: Path) -> list[str]:
     return notes
 
 
+def _distributions(state: AcceleratorState, keys: Sequence[str]) -> dict[str, str]:
+    """The distribution that shipped each saved handler state (by its key), where one did: a
+    load without it installed names what to install."""
+    wanted = set(keys)
+    return {
+        str(c.key): dist
+        for c in state.contributions(CHECKPOINT)
+        if c.key in wanted and (dist := state.distributions.get(c.handler))
+    }
+
+
 def _write_states(
     writer: CheckpointWriter,
     state: AcceleratorState,
@@ -406,6 +417,7 @@ class PendingSave:
                         world_size=state.world_size,
                         step=self._step,
                         handlers=self._handlers,
+                        distributions=_distributions(self.state, self._handlers),
                         files=entries,
                     ).write(temporary)
                     durable.commit_folder(temporary, self._target)
