@@ -35,6 +35,7 @@ __all__ = [
     "entry_of",
     "fsync_dir",
     "fsync_tree",
+    "keep_others",
     "mapped",
     "new_token",
     "open_new",
@@ -181,6 +182,69 @@ def fsync_tree(root: Path) -> None:
     folders = [Path(dirpath) for dirpath, _, _ in os.walk(root)]
     for folder in sorted(folders, key=lambda p: len(p.parts), reverse=True):
         fsync_dir(folder)
+
+
+def keep_others(previous: Path, new: Path, owned: Callable[[str], bool]) -> list[str]:
+    """Link into ``new`` every file of ``previous`` that ``owned`` does not claim; their names.
+
+    ``owned(name)`` (a path relative to the folder, ``/``-separated) says whether the previous
+    checkpoint wrote ``name``: those the commit replaces or drops. Every other file (a user's
+    ``best_model.pt``, ``notes.txt``, a folder of logs) is hard-linked into the new folder
+    before the commit, so the final name holds it at every instant, unchanged (the same file,
+    not a copy); where the file system refuses hard links it is copied and fsynced. A claimed
+    folder is skipped whole; an empty unclaimed one is made again. A file the new checkpoint
+    also writes is refused naming it, before the folder is changed: it is the user's, and
+    replacing it would lose it.
+    """
+    kept: list[str] = []
+    for dirpath, dirnames, filenames in os.walk(previous):
+        here = Path(dirpath)
+        base = here.relative_to(previous)
+        folders = []
+        for name in sorted(dirnames):
+            rel = (base / name).as_posix()
+            if owned(rel):
+                continue
+            if (here / name).is_symlink():
+                filenames.append(name)  # a link to a folder is kept as the link it is
+            else:
+                folders.append(name)
+        dirnames[:] = folders
+        if not dirnames and not filenames and base.parts and not owned(base.as_posix()):
+            _keep_one(here, new / base, base.as_posix(), folder=True)
+            kept.append(base.as_posix() + "/")
+        for name in sorted(filenames):
+            rel = (base / name).as_posix()
+            if not owned(rel):
+                _keep_one(here / name, new / rel, rel, folder=False)
+                kept.append(rel)
+    return kept
+
+
+def _keep_one(source: Path, target: Path, name: str, *, folder: bool) -> None:
+    if os.path.lexists(target) and not (folder and target.is_dir()):
+        raise CheckpointError(
+            source,
+            "is not part of the checkpoint saved there (its manifest does not list it), and "
+            f"the new checkpoint writes {name} too: move the file, or save into another "
+            "folder; nothing was changed",
+        )
+    try:
+        if folder:
+            target.mkdir(parents=True, exist_ok=True)
+            return
+        target.parent.mkdir(parents=True, exist_ok=True)
+        try:
+            os.link(source, target, follow_symlinks=False)
+        except OSError as exc:
+            if exc.errno not in (errno.EPERM, errno.EXDEV, errno.EMLINK, errno.ENOTSUP):
+                raise
+            shutil.copy2(source, target, follow_symlinks=False)
+            if not target.is_symlink():
+                with open(target, "rb+") as fh:
+                    os.fsync(fh.fileno())
+    except OSError as exc:
+        raise write_error(target, exc, "kept in the new checkpoint") from exc
 
 
 def _exchange(a: Path, b: Path) -> bool:
