@@ -15,10 +15,12 @@ from __future__ import annotations
 
 import contextlib
 import errno
+import functools
 import mmap
 import os
 import secrets
 import shutil
+import sys
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import BinaryIO, NamedTuple
@@ -247,27 +249,47 @@ def _keep_one(source: Path, target: Path, name: str, *, folder: bool) -> None:
         raise write_error(target, exc, "kept in the new checkpoint") from exc
 
 
+# renameat2's arguments (linux/fcntl.h, linux/fs.h): paths relative to the working folder, and
+# the flag that swaps two existing names.
+_AT_FDCWD = -100
+_RENAME_EXCHANGE = 2
+# What renameat2 answers where the swap is not to be had: a kernel or C library without the
+# call, or a file system without the flag. The fallback commit then renames in two steps.
+_NO_EXCHANGE = frozenset({errno.ENOSYS, errno.EINVAL, errno.EOPNOTSUPP})
+
+
+@functools.cache
+def _renameat2() -> Callable[..., int] | None:
+    """The C library's ``renameat2``, looked up once per process; ``None`` off Linux or where the
+    C library lacks it (glibc before 2.28, some others)."""
+    if not sys.platform.startswith("linux"):
+        return None
+    # Imported here: ctypes is only needed for a commit over an existing folder. CDLL(None) is
+    # the symbols the process has loaded already, the C library among them: no search of the
+    # library path, no subprocess (ctypes.util.find_library runs ldconfig).
+    import ctypes
+
+    try:
+        function: Callable[..., int] = ctypes.CDLL(None, use_errno=True).renameat2
+    except (OSError, AttributeError):
+        return None
+    return function
+
+
 def _exchange(a: Path, b: Path) -> bool:
     """Swap two existing paths in one atomic step (Linux ``renameat2``); ``False`` if unsupported."""
-    # Imported here: ctypes.util pulls in subprocess, and every plugin imports this module.
-    import ctypes
-    import ctypes.util
-
-    name = ctypes.util.find_library("c")
-    if not name or not hasattr(os, "uname") or os.uname().sysname != "Linux":
-        return False
-    libc = ctypes.CDLL(name, use_errno=True)
-    renameat2 = getattr(libc, "renameat2", None)
+    renameat2 = _renameat2()
     if renameat2 is None:
         return False
-    at_fdcwd, rename_exchange = -100, 2
-    result = renameat2(at_fdcwd, os.fsencode(a), at_fdcwd, os.fsencode(b), rename_exchange)
+    import ctypes
+
+    result = renameat2(_AT_FDCWD, os.fsencode(a), _AT_FDCWD, os.fsencode(b), _RENAME_EXCHANGE)
     if result == 0:
         return True
-    errno = ctypes.get_errno()
-    if errno in (38, 22, 95):  # ENOSYS, EINVAL (filesystem without it), EOPNOTSUPP
+    code = ctypes.get_errno()
+    if code in _NO_EXCHANGE:
         return False
-    raise OSError(errno, os.strerror(errno), str(a), None, str(b))
+    raise OSError(code, os.strerror(code), str(a), None, str(b))
 
 
 def commit_folder(temporary: Path, final: Path) -> None:
