@@ -190,7 +190,9 @@ class CheckpointWriter:
             # The library reports a failed write (a full disk) in its message only.
             code = _OS_ERROR.search(str(exc))
             cause = OSError(int(code[1]), os.strerror(int(code[1]))) if code else exc
-            raise write_error(path, cause) from exc
+            raise write_error(path, cause, "saved") from exc
+        except OSError as exc:  # the library's own file could not be made (a folder locked)
+            raise write_error(path, exc, "saved") from exc
         except (RuntimeError, ValueError) as exc:
             raise CheckpointError(
                 path,

@@ -13,6 +13,7 @@ at once, the temporary folder is removed and the previous checkpoint is left as 
 
 from __future__ import annotations
 
+import contextlib
 import os
 from collections.abc import Callable, Collection, Sequence
 from pathlib import Path
@@ -367,7 +368,10 @@ class PendingSave:
             entries = _gather_entries(state, writer, error, per_node=self._per_node, group=group)
             if error is not None or entries is None:
                 if committer:
-                    durable.remove_tree(temporary)
+                    # One that cannot be removed now (its folder made unwritable under the
+                    # save) is swept by the next save: the write's failure is the one to report.
+                    with contextlib.suppress(OSError):
+                        durable.remove_tree(temporary)
                 agree(state, error, group)
                 raise CheckpointError(temporary, "was not written whole by every process")
             if committer:
