@@ -13,16 +13,18 @@ fsync) is written during the next save, whichever framework it is.
 Each round runs each framework in a fresh process, in turn (A, B, A, B, ...): build a
 25M-parameter model (100 MB of float32 weights), take one AdamW step (200 MB of optimizer
 state), then time ``save_state`` to a new folder ``--saves`` times (each into a new folder) and
-``load_state`` of the last one ``--saves`` times. Printed: the median of every round's median,
-with min and max, and the median of the rounds' paired ratios accelkw / Accelerate (both
-measured in the same round, so a noisy minute weighs on both).
+``load_state`` of the last one ``--saves`` times; the two frameworks' order alternates from
+round to round. Printed, for the *first* save of each process (what a run that saves once pays),
+the *warm* saves after it (their median) and the loads: the median over rounds, with min and
+max, and the median of the rounds' paired ratios accelkw / Accelerate (both measured in the
+same round, so a noisy minute weighs on both); and the load average before and after.
 
     python bench/bench_checkpoint.py [--rounds 5] [--saves 3] [--dir /path/on/the/disk]
     python bench/bench_checkpoint.py --async [--rounds 3] [--every 20] [--steps 50]
     python bench/bench_checkpoint.py --async --segments [--rounds 4] [--every 50]
 
-Targets (issue 25): save at most 1.3x Accelerate's made durable; load at most 1.2x Accelerate's,
-the hash check included.
+Targets (issues 25 and 32): the first save and the warm saves each at most 1.3x Accelerate's made
+durable; load at most 1.2x Accelerate's, the hash check included.
 
 With ``--async`` (issue 27, accelkw-async-checkpoint), each round runs, in turn: Accelerate's
 ``save_state`` as it returns (not durable), accelkw's asynchronous ``save_state`` (the time it
