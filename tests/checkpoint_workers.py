@@ -76,9 +76,9 @@ def _arm_renames(n: int) -> None:
 def _arm_write() -> None:
     from accelkw_core.runtime.checkpoints import files
 
-    # CheckpointWriter.finish syncs the small files (files._sync_all) once every file is
-    # written (the large ones hashed and synced on their threads): killed there, the largest
-    # file cut short, as a crash before the disk had it all leaves it.
+    # CheckpointWriter.finish syncs the files (files._sync_all) once every file is written
+    # and hashed: killed there, the largest file cut short, as a crash before the disk had it
+    # all leaves it.
     def sync_all(folder: Path, *args: Any) -> Any:
         written = [p for p in folder.rglob("*") if p.is_file()]
         largest = max(written, key=lambda p: p.stat().st_size)

@@ -86,8 +86,9 @@ class Faults:
     def _arm_write(self, marker: Path) -> None:
         from accelkw_core.runtime.checkpoints import files
 
-        # CheckpointWriter.finish syncs the small files (files._sync_all) once every file of
-        # the save is written, so this kills with the files all there, before the manifest.
+        # CheckpointWriter.finish syncs the files (files._sync_all) once every file of the
+        # save is written and hashed, so this kills with the files all there, before the
+        # manifest.
         def sync_all(*args: Any) -> Any:
             self._kill_listing(marker)
 

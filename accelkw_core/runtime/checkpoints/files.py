@@ -64,10 +64,10 @@ class CheckpointWriter:
         # Files written here whose entry is known as they are written (the bytes hashed on
         # their way to the file): only synced by finish().
         self._hashed: dict[str, FileEntry] = {}
-        # Background jobs, each ending with its file's entry, synced: the largest state (an
-        # optimizer's) serialised, hashed and synced on a thread while the caller goes on to
-        # the next file, and the weights' file hashed and synced once written. Both copy into
-        # the page cache and wait on the disk, which two cores overlap.
+        # Background jobs, each ending with its file's entry: the largest state (an
+        # optimizer's) serialised and hashed on a thread while the caller goes on to the next
+        # file, and the weights' file hashed once written. Two cores copy into the page cache
+        # and hash side by side.
         self._pending: dict[str, Future[FileEntry]] = {}
         self._writer: ThreadPoolExecutor | None = None
 
@@ -90,17 +90,17 @@ class CheckpointWriter:
         finish(self)
 
     def finish(self) -> dict[str, FileEntry]:
-        """Wait for every file to be written and synced; what this process wrote.
+        """Wait for every file to be written, then sync them all; what this process wrote.
 
-        The large files are hashed as they are written (or just after) and synced on the
-        threads that wrote them, while the caller writes the rest; the small ones are synced
-        here, together, and every folder written into last.
+        Each file is hashed as it is written (the weights' just after, on a thread). Every
+        file is written first and synced once at the end: the disk then takes the whole
+        checkpoint as one batch, which is faster than syncing each file as it goes.
         """
         error: BaseException | None = None
         try:
             for name, future in self._pending.items():
                 try:
-                    self.entries[name] = future.result()
+                    self._hashed[name] = future.result()
                 except BaseException as exc:  # every job is waited for before raising
                     error = error or exc
         finally:
@@ -173,8 +173,7 @@ class CheckpointWriter:
         """A dict of tensors as a safetensors file (``model.safetensors``).
 
         Written by safetensors' ``save_file``, straight from the tensors into the file (no
-        copy of the whole state in memory first); hashed and synced on a thread while the
-        caller goes on.
+        copy of the whole state in memory first); hashed on a thread while the caller goes on.
         """
         from safetensors import SafetensorError
         from safetensors.torch import save_file
@@ -199,7 +198,7 @@ class CheckpointWriter:
                 f"cannot be saved as safetensors ({_first_line(exc)}); "
                 "save_state(safe_serialization=False) writes pytorch_model.bin instead",
             ) from exc
-        self._submit(_relative(name), lambda: _hash_and_sync(path))
+        self._submit(_relative(name), lambda: _hash(path))
         return path
 
     def _path(self, name: str) -> Path:
@@ -272,25 +271,22 @@ def _save_to(path: Path, obj: Any) -> FileEntry:
     except Exception as exc:
         cause = watched.error if watched is not None and watched.error is not None else exc
         raise write_error(path, cause, "saved") from exc
-    sync_file(path)
     return watched.entry()
 
 
-def _hash_and_sync(path: Path) -> FileEntry:
+def _hash(path: Path) -> FileEntry:
     """The entry of a file a library wrote whole (safetensors'), read back from the page
-    cache, then the file synced."""
+    cache."""
     try:
         with durable.mapped(path) as view:
-            entry = FileEntry(len(view), durable.checksum(view))
+            return FileEntry(len(view), durable.checksum(view))
     except OSError as exc:
         raise write_error(path, exc) from None
-    sync_file(path)
-    return entry
 
 
 def sync_file(path: Path) -> None:
-    """Fsync a file written whole and already hashed (every file of a save is synced here,
-    or, for a library's files recorded afterwards, by ``entry_of``)."""
+    """Fsync a file written whole and already hashed (a library's files recorded afterwards
+    are synced and hashed by ``entry_of``)."""
     try:
         with open(path, "rb+") as fh:
             os.fsync(fh.fileno())
