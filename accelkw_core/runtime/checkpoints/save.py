@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import contextlib
 import os
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Collection, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -36,11 +36,10 @@ from accelkw_core.runtime.checkpoints.layout import (
     MODEL,
     SAFE_MODEL,
     Checkpointed,
-    foreign_files,
     numbered,
 )
 from accelkw_core.runtime.checkpoints.lock import WriterLock, is_held
-from accelkw_core.runtime.checkpoints.manifest import MANIFEST, Manifest
+from accelkw_core.runtime.checkpoints.manifest import MANIFEST, Manifest, read_manifest
 from accelkw_core.runtime.checkpoints.project import is_complete
 from accelkw_core.runtime.checkpoints.random_states import random_states
 from accelkw_core.runtime.checkpoints.staging import StagingWriter
@@ -157,16 +156,6 @@ def _prepare_target(folder: Path) -> list[str]:
     if recovered:
         notes.append(recovered)
     notes += _sweep(folder)
-    if folder.is_dir():
-        foreign = foreign_files(folder)
-        if foreign:
-            raise CheckpointError(
-                folder,
-                "holds files that are not part of a checkpoint ("
-                + ", ".join(foreign[:3])
-                + (", ..." if len(foreign) > 3 else "")
-                + "); save_state replaces the whole folder, so give it a folder of its own",
-            )
     return notes
 
 
@@ -179,6 +168,22 @@ def _distributions(state: AcceleratorState, keys: Sequence[str]) -> dict[str, st
         for c in state.contributions(CHECKPOINT)
         if c.key in wanted and (dist := state.distributions.get(c.handler))
     }
+
+
+def _owned(folder: Path, written: Collection[str]) -> Callable[[str], bool]:
+    """Which names in ``folder`` its previous checkpoint wrote: the ones a new save replaces.
+
+    With a manifest, the files it lists; without one (a folder Accelerate wrote), the names of
+    its layout that this save writes again. Everything else in the folder is the user's.
+    """
+    try:
+        manifest = read_manifest(folder)
+    except CheckpointError:
+        manifest = None  # damaged: claim no more than for a folder without one
+    if manifest is not None:
+        return (set(manifest.files) | {MANIFEST}).__contains__
+    tops = {name.split("/", 1)[0] for name in written} | {MANIFEST}
+    return lambda name: name.split("/", 1)[0] in tops
 
 
 def _write_states(
@@ -413,6 +418,9 @@ class PendingSave:
                 raise CheckpointError(temporary, "was not written whole by every process")
             if committer:
                 try:
+                    # A user's own files in the folder (not the previous checkpoint's) are
+                    # carried into the new one: a save replaces only what a save wrote.
+                    durable.keep_others(self._target, temporary, _owned(self._target, entries))
                     Manifest(
                         world_size=state.world_size,
                         step=self._step,

@@ -67,8 +67,9 @@ class BackgroundSaves:
         self._raise_failure()
 
     def close(self) -> None:
-        """The teardown: finish pending saves and stop the worker (a failure was raised by the
-        runtime's ``wait`` before teardowns run, or is dropped with the run)."""
+        """The teardown: finish pending saves, stop the worker and destroy the process group
+        made for the commits (a failure was raised by the runtime's ``wait`` before teardowns
+        run, or is dropped with the run)."""
         try:
             while self._pending:
                 self._wait_oldest()
@@ -77,6 +78,21 @@ class BackgroundSaves:
                 pool, self._pool = self._pool, None
             if pool is not None:
                 pool.shutdown(wait=True)
+            self._destroy_group()
+
+    def _destroy_group(self) -> None:
+        # The group is the run's: a process that runs several (a sweep, a notebook) would
+        # otherwise keep one gloo group, its sockets and threads, per run that ended. Every
+        # process's teardown reaches here, once the worker is stopped; if the default group is
+        # already destroyed, every group went with it.
+        group, self._group = self._group, None
+        self._grouped = False
+        if group is None:
+            return
+        import torch.distributed as dist
+
+        if dist.is_initialized():
+            dist.destroy_process_group(group)
 
     def _wait_oldest(self) -> None:
         folder, future = self._pending[0]
