@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, NamedTuple
 
 if TYPE_CHECKING:
     from collections.abc import Iterable
@@ -18,6 +18,7 @@ __all__ = [
     "ConfigError",
     "ConfigFileError",
     "ConfigWarning",
+    "Contributor",
     "HandlerApplyError",
     "IncompatiblePluginWarning",
     "InvalidTrackerError",
@@ -168,33 +169,82 @@ class ComposeError(AccelkwError, ValueError):
 
 
 class PointConflictError(ComposeError):
-    """Two handlers contributed to an extension point (or key) that takes only one contribution.
+    """Two or more handlers contributed to an extension point (or key) that takes one contribution.
 
-    Carries ``point``, ``first`` and ``second`` as ``(handler, distribution)`` pairs, and ``key``
-    for a keyed point.
+    Carries ``point``, ``key`` (for a keyed point) and ``contributors``: every handler that
+    contributes, as :class:`Contributor` ``(handler, distribution, origin)`` in apply order;
+    ``first`` and ``second`` are the first two as ``(handler, distribution)`` pairs. ``origin``
+    says where each came from (``"code"``: passed in code; ``"config"``: asked for by a config
+    file or the environment; ``"default"``: installed and on by default; ``None``: not known), and
+    the message gives the advice that fits it.
     """
 
     def __init__(
         self,
         point: str,
-        first: tuple[str, str | None],
-        second: tuple[str, str | None],
+        first: tuple[str, str | None] | Contributor,
+        second: tuple[str, str | None] | Contributor,
         key: str | None = None,
+        *more: Contributor,
     ) -> None:
         self.point = point
-        self.first = first
-        self.second = second
         self.key = key
-
-        def who(pair: tuple[str, str | None]) -> str:
-            return f"{pair[0]!r} ({pair[1] or 'code passed directly, no distribution'})"
-
-        what = f"extension point {point!r}" + (f" key {key!r}" if key is not None else "")
-        super().__init__(
-            f"{what} takes one contribution, but handlers {who(first)} and {who(second)} "
-            f"both contribute to it; disable one of them ([plugins] disable, or "
-            f"ACCELKW_DISABLE_PLUGINS) or uninstall its distribution"
+        self.contributors: tuple[Contributor, ...] = tuple(
+            c if isinstance(c, Contributor) else Contributor(*c) for c in (first, second, *more)
         )
+        self.first = self.contributors[0][:2]
+        self.second = self.contributors[1][:2]
+        what = f"extension point {point!r}" + (f" key {key!r}" if key is not None else "")
+        names = [c.describe() for c in self.contributors]
+        listed = ", ".join(names[:-1]) + f" and {names[-1]}"
+        both = "both" if len(names) == 2 else "all"
+        advice = "; ".join(dict.fromkeys(c.advice() for c in self.contributors))
+        super().__init__(
+            f"{what} takes one contribution, but handlers {listed} {both} contribute to it; "
+            f"keep one of them: {advice}"
+        )
+
+    @classmethod
+    def of(
+        cls, point: str, contributors: Iterable[Contributor], key: str | None = None
+    ) -> PointConflictError:
+        """The error for ``contributors`` (two or more) of ``point``."""
+        first, second, *more = contributors
+        return cls(point, first, second, key, *more)
+
+
+class Contributor(NamedTuple):
+    """One handler of a :class:`PointConflictError`: its name, distribution and origin."""
+
+    handler: str
+    distribution: str | None
+    origin: str | None = None
+
+    def describe(self) -> str:
+        """``'name' (distribution)``, or that it has none (a handler passed in code)."""
+        dist = self.distribution or "code passed directly, no distribution"
+        where = {
+            "code": ", passed in code",
+            "config": ", asked for by the config or environment",
+            "default": ", installed and on by default",
+        }.get(self.origin or "", "")
+        return f"{self.handler!r} ({dist}{where})"
+
+    def advice(self) -> str:
+        """What takes this handler out of the run, for where it came from."""
+        name, dist = self.handler, self.distribution
+        if self.origin == "code":
+            return f"drop {name!r} from kwargs_handlers (it was passed in code)"
+        if self.origin == "config":
+            return (
+                f"remove what asks for {name!r} ([handlers.{name}] or [plugins] enable in the "
+                f"config file, ACCELKW_{name.upper()}__<FIELD> in the environment)"
+            )
+        deny = dist or name
+        fix = (
+            f"disable {name!r} ([plugins] disable = [{name!r}], or ACCELKW_DISABLE_PLUGINS={deny})"
+        )
+        return fix + (f" or uninstall {dist}" if dist else "")
 
 
 class HandlerApplyError(AccelkwError):

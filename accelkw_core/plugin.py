@@ -10,6 +10,7 @@ from accelkw_core.contract.contributions import (
     AccumulationPolicy,
     AfterStep,
     ApplyLoaded,
+    AroundBackward,
     AroundStep,
     Backward,
     CheckpointContribution,
@@ -32,10 +33,11 @@ from accelkw_core.contract.contributions import (
 from accelkw_core.contract.enums import ReferenceEnum
 from accelkw_core.contract.extension_point import Contribution
 from accelkw_core.contract.handler import KwargsHandler, handler_field
-from accelkw_core.contract.plan import Plan, PlanStep
+from accelkw_core.contract.plan import Plan, PlanPoint, PlanStep
 from accelkw_core.contract.points import (
     ACCUMULATION,
     AFTER_STEP,
+    AROUND_BACKWARD,
     AROUND_STEP,
     ATTRIBUTE,
     BACKWARD,
@@ -55,7 +57,7 @@ from accelkw_core.contract.points import (
     UNSCALE_GRADIENTS,
     ExtensionPoint,
 )
-from accelkw_core.contract.state import AcceleratorState
+from accelkw_core.contract.state import AcceleratorState, StatePoint
 from accelkw_core.contract.step import StepContext
 from accelkw_core.discovery.hookspecs import hookimpl
 from accelkw_core.errors import (
@@ -69,6 +71,7 @@ from accelkw_core.errors import (
 __all__ = [
     "ACCUMULATION",
     "AFTER_STEP",
+    "AROUND_BACKWARD",
     "AROUND_STEP",
     "ATTRIBUTE",
     "BACKWARD",
@@ -92,6 +95,7 @@ __all__ = [
     "AccumulationPolicy",
     "AfterStep",
     "ApplyLoaded",
+    "AroundBackward",
     "AroundStep",
     "Backward",
     "CheckpointContribution",
@@ -112,12 +116,14 @@ __all__ = [
     "OptimizerWrapper",
     "OutputConverter",
     "Plan",
+    "PlanPoint",
     "PlanStep",
     "PointConflictError",
     "ProfilerFactory",
     "ReferenceEnum",
     "SaveJob",
     "StartsFresh",
+    "StatePoint",
     "Stateful",
     "StepContext",
     "SuspendSync",

@@ -86,12 +86,13 @@ class Faults:
     def _arm_write(self, marker: Path) -> None:
         from accelkw_core.runtime.checkpoints import files
 
-        # Every file of the save is written before the first is synced and hashed for the
-        # manifest (CheckpointWriter.finish), so this kills with the files all there.
-        def entry_of(path: Path) -> Any:
+        # CheckpointWriter.finish syncs the files (files._sync_all) once every file of the
+        # save is written and hashed, so this kills with the files all there, before the
+        # manifest.
+        def sync_all(*args: Any) -> Any:
             self._kill_listing(marker)
 
-        files.entry_of = entry_of
+        files._sync_all = sync_all  # type: ignore[attr-defined]
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
         pass

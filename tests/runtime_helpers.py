@@ -20,9 +20,9 @@ from typing import Any, ClassVar, Literal
 import pytest
 
 from accelkw_core.plugin import (
+    AROUND_BACKWARD,
     AROUND_STEP,
     ATTRIBUTE,
-    BACKWARD,
     CHECKPOINT,
     FORWARD_CONTEXT,
     MODEL_WRAPPER,
@@ -91,8 +91,8 @@ class ScaleKwargs(KwargsHandler):
 
         scaler = torch.amp.GradScaler("cpu", init_scale=self.init_scale)
 
-        def backward(loss: Any, **kwargs: Any) -> None:
-            scaler.scale(loss).backward(**kwargs)
+        def backward(loss: Any, proceed: Callable[[Any], None]) -> None:
+            proceed(scaler.scale(loss))
 
         def around(step: StepContext, proceed: Callable[[], Any]) -> Any:
             # Public GradScaler calls only: unscale, step when finite, update.
@@ -103,7 +103,7 @@ class ScaleKwargs(KwargsHandler):
             scaler.update()
             return result
 
-        plan.contribute(BACKWARD, backward, f"scaler init_scale={self.init_scale}")
+        plan.contribute(AROUND_BACKWARD, backward, f"scaler init_scale={self.init_scale}")
         plan.contribute(AROUND_STEP, around, "steps unscaled, skipped on inf")
         plan.contribute(ATTRIBUTE, scaler, "accelerator.scaler", key="scaler")
         return plan.contribute(CHECKPOINT, scaler, "scaler saved with the run")
@@ -220,6 +220,13 @@ def collectives_worker(rank: int) -> dict[str, Any]:
         total = acc.reduce(torch.tensor([1.0, float(rank)]), "sum")
         mean = acc.reduce(torch.tensor([2.0, float(rank)]), "mean")
         acc.wait_for_everyone()
+        # Numbers agreed across processes (a handler's step.agree_value / state.agree_value):
+        # rank 0 holds 1.5, rank 1 holds 4.
+        mine = [1.5, 4][rank]
+        step = StepContext(None, None, 0, acc.state)
+        agreed = {op: step.agree_value(mine, op=op) for op in ("sum", "mean", "max", "min")}
+        agreed["state_mean"] = acc.state.agree_value(mine)
+        agreed["flag"] = step.agree(rank == 1)
         wrapped = acc.prepare(torch.nn.Linear(2, 1))
         out = {
             "gathered": gathered.tolist(),
@@ -227,6 +234,7 @@ def collectives_worker(rank: int) -> dict[str, Any]:
             "nested": {"a": nested["a"].tolist(), "b": nested["b"][0].tolist()},
             "sum": total.tolist(),
             "mean": mean.tolist(),
+            "agreed": agreed,
             "wrapped": type(wrapped).__name__,
             "unwrapped": type(acc.unwrap_model(wrapped)).__name__,
             "process_index": acc.process_index,

@@ -23,6 +23,14 @@ def test_gather_reduce_barrier_prepare_and_teardown_across_two_processes() -> No
         assert out["nested"] == {"a": [0, 1], "b": [0, 2]}
         assert out["sum"] == [2.0, 1.0]
         assert out["mean"] == [2.0, 0.5]
+        assert out["agreed"] == {
+            "sum": 5.5,
+            "mean": 2.75,
+            "max": 4.0,
+            "min": 1.5,
+            "state_mean": 2.75,
+            "flag": True,
+        }
         assert out["wrapped"] == "DistributedDataParallel"
         assert out["unwrapped"] == "Linear"
         assert (out["process_index"], out["num_processes"]) == (rank, 2)

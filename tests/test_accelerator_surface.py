@@ -13,9 +13,9 @@ from safetensors.torch import load_file
 
 from accelkw_core import Accelerator, ConfigError
 from accelkw_core.plugin import (
+    AROUND_BACKWARD,
     AROUND_STEP,
     ATTRIBUTE,
-    BACKWARD,
     UNSCALE_GRADIENTS,
     KwargsHandler,
     Plan,
@@ -32,8 +32,8 @@ class Halving(KwargsHandler):
     name: ClassVar[str] = "halving"
 
     def plan(self, state: Any) -> Plan:
-        def backward(loss: Any, **kwargs: Any) -> None:
-            (loss * 2).backward(**kwargs)
+        def backward(loss: Any, proceed: Callable[[Any], None]) -> None:
+            proceed(loss * 2)
 
         unscaled: list[Any] = []
 
@@ -48,7 +48,7 @@ class Halving(KwargsHandler):
             return proceed() if step.index % 2 == 0 else None
 
         plan = Plan(self.name)
-        plan.contribute(BACKWARD, backward, "losses doubled")
+        plan.contribute(AROUND_BACKWARD, backward, "losses doubled")
         plan.contribute(UNSCALE_GRADIENTS, unscale, "gradients halved before clipping")
         plan.contribute(ATTRIBUTE, unscaled, "the optimizers unscaled", key="unscaled")
         return plan.contribute(AROUND_STEP, around, "odd steps skipped")

@@ -246,16 +246,68 @@ def test_saving_over_a_checkpoint_replaces_it_whole(tmp_path: Path) -> None:
     assert all(torch.equal(v, objects[0].state_dict()[k]) for k, v in weights.items())
 
 
-def test_a_folder_holding_other_files_is_refused_and_kept(tmp_path: Path) -> None:
-    (tmp_path / "out").mkdir()
-    (tmp_path / "out" / "notes.txt").write_text("mine")
+def test_a_users_own_files_in_the_folder_survive_saves_and_loads(tmp_path: Path) -> None:
+    # Accelerate leaves a folder's other files alone; so does save_state: it replaces only
+    # the files a checkpoint wrote (those its manifest lists, or Accelerate's layout).
+    out = tmp_path / "out"
+    out.mkdir()
+    mine = {"best_model.pt": b"weights of my own", "notes.txt": b"mine", "logs/run.txt": b"log"}
+    (out / "logs").mkdir()
+    (out / "empty").mkdir()
+    for name, data in mine.items():
+        (out / name).write_bytes(data)
+    # A folder Accelerate wrote: its random_states_0.pkl is replaced, its other names kept.
+    (out / "random_states_0.pkl").write_bytes(b"accelerate's")
+    (out / "optimizer_1.bin").write_bytes(b"a second optimizer's")
     acc = make()
-    trained(acc)
-    with pytest.raises(CheckpointError, match=r"notes\.txt.*a folder of its own"):
+    objects = trained(acc)
+    acc.save_state(out)
+    saved = snapshot(*objects)
+    step(acc, *objects[:3])
+    objects[3].n = 9
+    acc.save_state(out)  # over a checkpoint of ours: its manifest says what it owns
+    second = snapshot(*objects)
+    acc.save_state(out)
+    for name, data in mine.items():
+        assert (out / name).read_bytes() == data, name
+    assert (out / "empty").is_dir()
+    assert (out / "optimizer_1.bin").read_bytes() == b"a second optimizer's"
+    manifest = read_manifest(out)
+    assert manifest is not None
+    assert not {"best_model.pt", "notes.txt", "logs/run.txt", "optimizer_1.bin"} & set(
+        manifest.files
+    )
+    assert not [p for p in tmp_path.iterdir() if p.name.startswith(".out.")]
+    step(acc, *objects[:3])
+    acc.load_state(out)
+    assert same(snapshot(*objects), second) and not same(second, saved)
+    fresh = make()
+    fresh_objects = trained(fresh, seed=1)
+    fresh.load_state(out)
+    assert snapshot(*fresh_objects)["weights"].keys() == second["weights"].keys()
+    assert all(
+        torch.equal(snapshot(*fresh_objects)["weights"][k], second["weights"][k])
+        for k in second["weights"]
+    )
+
+
+def test_a_users_file_named_as_a_new_checkpoint_file_is_refused_and_kept(tmp_path: Path) -> None:
+    # A file the manifest does not list is the user's, even under a checkpoint's name: the
+    # save that would write that name is refused, naming it, and the folder is unchanged.
+    acc = make()
+    objects = trained(acc)
+    acc.save_state(tmp_path / "out")
+    manifest = read_manifest(tmp_path / "out")
+    assert manifest is not None
+    (tmp_path / "out" / "scheduler_1.bin").write_bytes(b"mine")
+    before = sorted((p.name, p.read_bytes()) for p in (tmp_path / "out").iterdir())
+    acc.prepare(torch.optim.lr_scheduler.StepLR(objects[1], step_size=1))
+    with pytest.raises(CheckpointError, match=r"scheduler_1\.bin is not part of the checkpoint"):
         acc.save_state(tmp_path / "out")
-    assert (tmp_path / "out" / "notes.txt").read_text() == "mine"
+    assert sorted((p.name, p.read_bytes()) for p in (tmp_path / "out").iterdir()) == before
+    assert not [p for p in tmp_path.iterdir() if p.name.startswith(".out.")]
     with pytest.raises(CheckpointError, match="is a file"):
-        acc.save_state(tmp_path / "out" / "notes.txt")
+        acc.save_state(tmp_path / "out" / "scheduler_1.bin")
 
 
 def test_a_temporary_left_by_a_killed_save_is_removed_by_the_next(tmp_path: Path) -> None:

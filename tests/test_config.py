@@ -172,8 +172,11 @@ def test_enable_is_an_allow_list(tmp_path: Path) -> None:
 
 
 def test_a_handler_passed_in_code_is_applied_even_when_disabled(tmp_path: Path) -> None:
-    s = resolve(tmp_path, '[plugins]\ndisable = ["knobs"]\n', handlers=[rh.KnobsKwargs()])
-    assert s.handler("knobs") is not None
+    passed = rh.KnobsKwargs()
+    s = resolve(tmp_path, '[plugins]\ndisable = ["knobs"]\n', handlers=[passed])
+    knobs = s.handler("knobs")
+    assert knobs is not None and knobs.handler is passed and knobs.origin == "code"
+    assert "knobs" not in s.disabled
     assert s.notes == [
         "knobs: passed in code, so applied although listed in [plugins] disable of "
         f"{tmp_path / 'accelkw.toml'}"

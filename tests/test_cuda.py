@@ -1,14 +1,16 @@
 """Every CUDA path, run when CUDA is available and skipped otherwise: ``pytest -m cuda``.
 
 nccl process group, CUDA autocast (fp16 and bf16) on a prepared model, the CUDA GradScaler
-(compared with Accelerate's), the CUDA profiler activity, DDP ``device_ids`` and the bf16
-communication hook. The multi-process ones need two GPUs (one nccl rank per device).
+(compared with Accelerate's), the CUDA profiler activity, DDP ``device_ids``, the bf16
+communication hook and a stream's batches placed on the device. The multi-process ones need two
+GPUs (one nccl rank per device).
 """
 
 from __future__ import annotations
 
 import json
 from pathlib import Path
+from typing import Any
 
 import pytest
 import torch
@@ -101,3 +103,20 @@ def test_nccl_ddp_with_device_ids_and_comm_hooks(comm_hook: str) -> None:
         assert out["backend"] == "nccl" and out["device"] == f"cuda:{rank}"
         assert out["device_ids"] == [rank] and out["distributed_type"] == "MULTI_GPU"
         assert out["synced"]
+
+
+@pytest.mark.parametrize("dispatch", [True, False], ids=["dispatched", "read-in-place"])
+def test_a_streams_batches_land_on_the_cuda_device(dispatch: bool) -> None:
+    from accelkw_core.utils import DataLoaderConfiguration
+
+    class Numbers(torch.utils.data.IterableDataset):  # type: ignore[type-arg]
+        def __iter__(self) -> Any:
+            return (torch.tensor([float(i)]) for i in range(5))
+
+    config = DataLoaderConfiguration(dispatch_batches=dispatch)
+    accelerator = workers.accelerator(dataloader_config=config)
+    loader = accelerator.prepare(torch.utils.data.DataLoader(Numbers(), batch_size=2))
+    batches = list(loader)
+    assert [b.device.type for b in batches] == ["cuda"] * 3
+    assert torch.cat(batches).flatten().tolist() == [0.0, 1.0, 2.0, 3.0, 4.0]
+    accelerator.end_training()

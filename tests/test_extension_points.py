@@ -768,11 +768,11 @@ def test_step_index_counts_step_calls_and_taken_counts_steps_that_moved() -> Non
     def record(step: StepContext) -> None:
         seen.append((step.index, step.taken, step.skipped))
 
-    grad_accum = pytest.importorskip("accelkw_grad_accum.plugin")  # the built-in, if installed
     skipper = contributing("skipper", AROUND_STEP, skip_odd)
     recorder = contributing("recorder", AFTER_STEP, record)
-    registry = isolated_registry([plugin_of(skipper, recorder), grad_accum])
-    acc = Accelerator(cpu=True, registry=registry, gradient_accumulation_steps=2)
+    pacer = contributing("pacer", ACCUMULATION, EverySecond())  # no built-in needed
+    registry = isolated_registry([plugin_of(skipper, recorder, pacer)])
+    acc = Accelerator(cpu=True, registry=registry)
     model = torch.nn.Linear(2, 1)
     model, opt = acc.prepare(model, torch.optim.SGD(model.parameters(), lr=0.1))
     for _ in range(10):  # 10 micro-batches, 5 syncing steps

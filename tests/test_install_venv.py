@@ -314,6 +314,33 @@ def test_scaffolded_plugin_installs_passes_its_tests_lists_and_uninstalls(venv: 
     )
     assert "16 passed" in out
 
+    # The editable install is visible to a type checker run from another folder, as the
+    # built-ins' are (a path entry, not an import hook): the plugin's own modules are read and
+    # checked; accelkw-core and torch are left out to keep this quick (test_typed_install.py
+    # checks against them).
+    elsewhere = venv.work / "elsewhere"
+    elsewhere.mkdir()
+    (elsewhere / "mypy.ini").write_text(
+        "[mypy]\nstrict = True\nfollow_imports = skip\n"
+        "[mypy-accelkw_demo_plugin.*]\nfollow_imports = normal\n"
+    )
+    (elsewhere / "use.py").write_text(
+        "from accelkw_demo_plugin import DemoPluginKwargs\n\n"
+        "handler = DemoPluginKwargs(level='high')\n"
+    )
+    checked = subprocess.run(
+        [sys.executable, "-m", "mypy", "--python-executable", str(venv.python), "use.py"],
+        cwd=elsewhere,
+        env=venv.env,
+        capture_output=True,
+        text=True,
+        timeout=180,
+    )
+    report = checked.stdout + checked.stderr
+    assert "import-not-found" not in report and "import-untyped" not in report, report
+    # The plugin's field types were read: a str for its int field is caught, naming it.
+    assert 'Argument "level" to "DemoPluginKwargs" has incompatible type "str"' in report, report
+
     demo = venv.listing("list with demo")["demo_plugin"]
     assert (demo["distribution"], demo["version"], demo["status"]) == (
         "accelkw-demo-plugin",

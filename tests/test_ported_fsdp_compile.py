@@ -12,8 +12,6 @@ from pathlib import Path
 
 import pytest
 
-from accelkw_core import Accelerator
-
 pytestmark = pytest.mark.multiprocess
 
 PORTED = Path(__file__).resolve().parents[1] / "examples" / "ported"
@@ -29,10 +27,6 @@ def test_only_the_import_lines_differ() -> None:
     assert _code_lines(ours) == _code_lines(theirs)
 
 
-@pytest.mark.skipif(
-    not hasattr(Accelerator, "get_state_dict"),
-    reason="Accelerator.get_state_dict (issue 11) is not in this tree yet",
-)
 def test_the_ported_script_trains_sharded_and_compiled(tmp_path: Path) -> None:
     env = {k: v for k, v in os.environ.items() if not k.startswith("ACCELKW_")}
     out = tmp_path / "result.json"

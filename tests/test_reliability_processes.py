@@ -27,6 +27,7 @@ import accelkw_process_group  # noqa: F401  (integration: a broken install fails
 import pytest
 
 from accelkw_core.testing import WorkerFailed, run_workers
+from tests import reliability_workers
 
 pytestmark = pytest.mark.multiprocess
 
@@ -216,10 +217,6 @@ def test_interrupting_the_launcher_stops_every_worker(
 
 
 def unsupervised(tmp_path: Path, nproc: int, mode: str) -> list[Any]:
-    try:
-        from tests import reliability_workers
-    except ImportError:  # pragma: no cover - the module sits beside this one
-        pytest.skip("tests.reliability_workers is not importable")
     return run_workers(
         reliability_workers.train,
         nproc,

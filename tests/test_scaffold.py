@@ -26,7 +26,7 @@ from accelkw_core.tools.scaffold import (
     render,
     scaffold_plugin,
 )
-from tests.conftest import good_plugin, run_accelkw, run_python, write_dist
+from tests.conftest import REPO, good_plugin, run_accelkw, run_python, write_dist
 
 EXPECTED_FILES = [
     "pyproject.toml",
@@ -142,6 +142,9 @@ def test_generated_pyproject_declares_the_entry_point_and_core_dependency() -> N
     assert project["dependencies"][1] == "torch>=2.1"  # the handler's types come from torch
     assert set(data["tool"]) == {"setuptools", "mypy"}
     assert data["tool"]["mypy"]["strict"] is True  # as its users' type checkers run
+    # Packaged as the built-ins are: an editable install is a path entry type checkers follow.
+    builtin = tomllib.loads((REPO / "plugins" / "grad-scaler" / "pyproject.toml").read_text())
+    assert data["tool"]["setuptools"]["package-dir"] == builtin["tool"]["setuptools"]["package-dir"]
 
 
 def test_generated_sources_are_valid_python_with_no_torch_import() -> None:

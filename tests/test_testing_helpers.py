@@ -14,8 +14,9 @@ import pytest
 
 from accelkw_core import AcceleratorState, ConfigError, HandlerApplyError, KwargsHandler
 from accelkw_core.contract.points import POINTS
-from accelkw_core.plugin import TEARDOWN, handler_field, hookimpl
+from accelkw_core.plugin import TEARDOWN, Plan, handler_field, hookimpl
 from accelkw_core.testing import (
+    HandlerContract,
     WorkerFailed,
     applied,
     apply_handler,
@@ -278,3 +279,47 @@ def test_modules_loaded_by_reports_what_a_fresh_interpreter_imported() -> None:
     assert modules_loaded_by("import json", prefix="json")[:1] == ["json"]
     with pytest.raises(AssertionError, match="ZeroDivisionError"):
         modules_loaded_by("1 / 0")
+
+
+# -- the contract kit fails a handler that refuses everywhere, unless it says so ---------------
+
+
+@dataclass
+class AlwaysRefuses(KwargsHandler):
+    """Refuses every state: the kit's apply and teardown checks would check nothing."""
+
+    name: ClassVar[str] = "always_refuses"
+
+    def plan(self, state: Any) -> Plan:
+        raise ConfigError(self.name, "world_size", state.world_size, "a GPU cluster")
+
+
+@dataclass
+class Applies(KwargsHandler):
+    name: ClassVar[str] = "applies"
+
+    def plan(self, state: Any) -> Plan:
+        return Plan(self.name).note("nothing to do")
+
+
+def kit_for(cls: type[KwargsHandler], declared: bool) -> HandlerContract:
+    class Kit(HandlerContract):
+        handler_class = cls
+        plugin_module = __name__
+        refuses_everywhere = declared
+
+    return Kit()
+
+
+@pytest.mark.parametrize(
+    "check", ["test_apply_carries_out_the_plan_through_public_points", "test_teardown_undoes_apply"]
+)
+def test_the_contract_kit_fails_a_handler_that_refuses_everywhere_unless_declared(
+    check: str,
+) -> None:
+    with pytest.raises(AssertionError, match="AlwaysRefuses refused every state the kit tried"):
+        getattr(kit_for(AlwaysRefuses, declared=False), check)()
+    getattr(kit_for(AlwaysRefuses, declared=True), check)()  # said so: passes
+    getattr(kit_for(Applies, declared=False), check)()
+    with pytest.raises(AssertionError, match="declares `refuses_everywhere = True` but applied"):
+        getattr(kit_for(Applies, declared=True), check)()

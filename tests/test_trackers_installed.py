@@ -81,3 +81,29 @@ def test_plugins_list_shows_the_trackers_without_importing_torch(tmp_path: Path)
     assert real_out["trackers"] == warm_out["trackers"] == expected
     assert real_out["loaded"] and not warm_out["loaded"], "the second listing was not kept"
     assert not real_out["torch"] and not warm_out["torch"]
+
+
+def test_accelkw_env_shows_the_tracker_plugins_in_text_and_json(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    from accelkw_core.cli.main import main
+    from accelkw_core.discovery.default_registry import set_registry
+
+    undo = set_registry(None)  # the installed plugins, as the command reads them
+    try:
+        assert main(["env"]) == 0
+        lines = capsys.readouterr().out.splitlines()
+        assert main(["env", "--json"]) == 0
+        plugins = {p["name"]: p for p in json.loads(capsys.readouterr().out)["plugins"]}
+    finally:
+        undo()
+    assert any(
+        line.startswith("  accelkw-tensorboard ") and line.endswith("(trackers: tensorboard)")
+        for line in lines
+    ), lines
+    assert any(line.endswith("(trackers: mlflow)") for line in lines), lines
+    assert (plugins["tensorboard"]["handlers"], plugins["tensorboard"]["trackers"]) == (
+        [],
+        ["tensorboard"],
+    )
+    assert plugins["mlflow"]["trackers"] == ["mlflow"]

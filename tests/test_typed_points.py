@@ -66,6 +66,7 @@ class Handler(KwargsHandler):
         plan.contribute(CHECKPOINT, Counter(), "a counter saved with the run")
         plan.contribute(MODEL_WRAPPER, 3, "an int is no model wrapper")  # line WRONG
         plan.contribute(CHECKPOINT, object(), "no state_dict")  # line NO_STATE
+        plan.contribute("loss", lambda loss: loss, "by name, deprecated")  # line BY_NAME
         return plan
 
 
@@ -73,6 +74,7 @@ def read(state: AcceleratorState) -> torch.nn.Module:
     model = torch.nn.Linear(1, 1)
     for wrap in state.values(MODEL_WRAPPER):
         model = wrap(model)
+    state.contribute("loss", "typed", lambda loss: loss)  # line STATE_BY_NAME
     return model
 """
 
@@ -85,6 +87,8 @@ def test_mypy_strict_rejects_a_wrong_contribution_and_accepts_the_right_ones(
     lines = source.splitlines()
     wrong = next(i for i, line in enumerate(lines, 1) if "# line WRONG" in line)
     no_state = next(i for i, line in enumerate(lines, 1) if "# line NO_STATE" in line)
+    by_name = next(i for i, line in enumerate(lines, 1) if "# line BY_NAME" in line)
+    state_by_name = next(i for i, line in enumerate(lines, 1) if "# line STATE_BY_NAME" in line)
     (tmp_path / "typed_plugin.py").write_text(source)
     skipped = ",".join(
         [
@@ -120,7 +124,17 @@ def test_mypy_strict_rejects_a_wrong_contribution_and_accepts_the_right_ones(
     )
     errors = [line for line in stdout.splitlines() if ": error:" in line]
     assert status == 1, stdout + stderr
-    assert [int(line.split(":")[1]) for line in errors] == [wrong, no_state], stdout
+    assert [int(line.split(":")[1]) for line in errors] == [
+        wrong,
+        no_state,
+        by_name,
+        state_by_name,
+    ], stdout
+    # A point by name (deprecated) is reported against public names a plugin author can look
+    # up in accelkw_core.plugin, never a private type.
+    assert 'incompatible type "str"; expected "PlanPoint[' in errors[2], errors[2]
+    assert 'incompatible type "str"; expected "StatePoint[' in errors[3], errors[3]
+    assert not any('"_' in error or "._" in error for error in errors), errors
     # Reported against the point's own type (torch is not followed here, so Module is Any).
     assert (
         'Argument 2 to "contribute" of "Plan" has incompatible type "int"; '

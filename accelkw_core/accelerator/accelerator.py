@@ -28,7 +28,9 @@ from accelkw_core.discovery.default_registry import get_registry
 from accelkw_core.discovery.registry import Registry
 from accelkw_core.logs import configure_from_env
 from accelkw_core.runtime.accumulation import GradientState
+from accelkw_core.runtime.checkpoints.load import LoadStateHook
 from accelkw_core.runtime.checkpoints.project import ProjectConfiguration
+from accelkw_core.runtime.checkpoints.save import SaveStateHook
 from accelkw_core.runtime.composition import compose
 from accelkw_core.runtime.data import DataLoading, dataloader_configuration
 from accelkw_core.runtime.dataloader_config import DataLoaderConfiguration
@@ -40,13 +42,14 @@ from accelkw_core.runtime.preparing import Preparation
 from accelkw_core.runtime.processes import DistributedType, Processes
 from accelkw_core.runtime.profiling import Profiling
 from accelkw_core.runtime.saving import Checkpoints, project_configuration
-from accelkw_core.runtime.state import AcceleratorState
+from accelkw_core.runtime.state import AcceleratorState, make_current
 from accelkw_core.runtime.stepping import Stepping
 from accelkw_core.runtime.trackers import Trackers
 from accelkw_core.tracking.selection import LogWith, filter_trackers
 
 if TYPE_CHECKING:
     import torch
+    from torch.utils.hooks import RemovableHandle
 
     from accelkw_core.contract.handler import KwargsHandler
     from accelkw_core.contract.tracker import GeneralTracker
@@ -133,6 +136,9 @@ class Accelerator:
         self._profiling = Profiling(state)
         self._extras = Extras(state)
         self._ended = False
+        #: Whether a forward runs under autocast (mixed precision ``fp16``/``bf16``), as
+        #: Accelerate's attribute; scripts set it to ``False`` on MPS, which changes nothing here.
+        self.native_amp: bool = state.mixed_precision in ("fp16", "bf16")
         # An Accelerator nobody ended still undoes its handlers (a process group) once, at exit.
         self._atexit = _teardown_at_exit(self)
         try:
@@ -141,6 +147,9 @@ class Accelerator:
         except BaseException:
             self.end_training()
             raise
+        # Built: accelkw_core.state's AcceleratorState()/PartialState() and get_logger's
+        # loggers read this run from now on (a failed construction leaves the previous one).
+        make_current(state)
 
     # -- facts ---------------------------------------------------------------------------------
 
@@ -177,6 +186,11 @@ class Accelerator:
     def is_local_main_process(self) -> bool:
         """Whether this is rank 0 on its machine."""
         return self.state.local_rank == 0
+
+    @property
+    def is_last_process(self) -> bool:
+        """Whether this is the last global rank (``num_processes - 1``)."""
+        return self.state.rank == self.state.world_size - 1
 
     @property
     def distributed_type(self) -> DistributedType:
@@ -309,6 +323,11 @@ class Accelerator:
         losses.
         """
         self._stepping.unscale_gradients(optimizer)
+
+    @property
+    def optimizer_step_was_skipped(self) -> bool:
+        """Whether a prepared optimizer skipped its last step (a loss scaler found inf/NaN)."""
+        return any(getattr(o, "step_was_skipped", False) for o in self._prepared.optimizers)
 
     def clip_grad_norm_(
         self, parameters: Iterable[Any], max_norm: float, norm_type: float = 2
@@ -458,6 +477,47 @@ class Accelerator:
         """Decorate ``function`` to run on each machine's local main process only."""
         return self._processes.on_local_main_process(function)
 
+    def on_process(
+        self, function: Callable[..., Any] | None = None, process_index: int | None = None
+    ) -> Callable[..., Any]:
+        """Decorate ``function`` to run on process ``process_index`` only (``None`` elsewhere).
+
+        ``@accelerator.on_process(process_index=1)`` or ``accelerator.on_process(fn, 1)``.
+        """
+        return self._processes.on_process(function, process_index, local=False)
+
+    def on_local_process(
+        self, function: Callable[..., Any] | None = None, local_process_index: int | None = None
+    ) -> Callable[..., Any]:
+        """Decorate ``function`` to run on the process of that local index on each machine."""
+        return self._processes.on_process(function, local_process_index, local=True)
+
+    def on_last_process(self, function: Callable[..., Any]) -> Callable[..., Any]:
+        """Decorate ``function`` to run on the last process only (``None`` elsewhere)."""
+        return self._processes.on_last_process(function)
+
+    def join_uneven_inputs(
+        self, joinables: list[Any], even_batches: bool | None = None
+    ) -> AbstractContextManager[Any]:
+        """Train ``joinables`` (DDP models) on loaders whose processes get different batch counts.
+
+        On several accelerator devices (CUDA), under ``torch.distributed.algorithms.Join`` when
+        batches are uneven: ``even_batches`` (default: :attr:`even_batches`) overrides the
+        prepared data loaders' for the block. As in Accelerate, the block runs as it is with
+        one process, and on CPU processes (with a warning).
+        """
+        even = self.even_batches if even_batches is None else even_batches
+        return self._processes.join_uneven_inputs(joinables, even, self._prepared.data_loaders)
+
+    def pad_across_processes(
+        self, tensor: Any, dim: int = 0, pad_index: int = 0, pad_first: bool = False
+    ) -> Any:
+        """``tensor`` (or nested tensors) padded with ``pad_index`` along ``dim`` to the largest
+        size on any process, at the end (at the start with ``pad_first``), to gather them."""
+        from accelkw_core.runtime.operations import pad_across_processes
+
+        return pad_across_processes(tensor, dim=dim, pad_index=pad_index, pad_first=pad_first)
+
     def split_between_processes(
         self, inputs: Any, apply_padding: bool = False
     ) -> AbstractContextManager[Any]:
@@ -503,6 +563,11 @@ class Accelerator:
         ``model.safetensors`` (``pytorch_model.bin`` with ``safe_serialization=False``). The
         folder appears complete or not at all: a save interrupted at any instant leaves the
         previous checkpoint of that name untouched. Returns the folder.
+
+        Called on the main process only (``if accelerator.is_main_process:``), as Accelerate
+        allows, it saves alone once the others have not come within
+        ``ACCELKW_SAVE_JOIN_TIMEOUT`` seconds (default 5): a whole checkpoint holding the main
+        process's random states only, from which every process resumes.
         """
         return self._checkpoints.save_state(
             output_dir, safe_serialization, **save_model_func_kwargs
@@ -529,8 +594,9 @@ class Accelerator:
         """Wait until every checkpoint ``save_state`` handed to a background writer is committed.
 
         Raises the :class:`~accelkw_core.errors.CheckpointError` of one that failed (the
-        checkpoint saved before it is kept). Without a ``checkpoint_executor`` contribution
-        (``save_state`` commits before it returns) there is nothing to wait for.
+        checkpoint saved before it is kept), on every process: call it on every process, which
+        agree on the outcome. Without a ``checkpoint_executor`` contribution (``save_state``
+        commits before it returns) there is nothing to wait for.
         """
         self._checkpoints.wait_for_checkpoints()
 
@@ -548,6 +614,43 @@ class Accelerator:
         as Accelerate. Each file is written under a temporary name and renamed into place.
         """
         self._checkpoints.save_model(model, save_directory, max_shard_size, safe_serialization)
+
+    def save(self, obj: Any, f: Any, safe_serialization: bool = False) -> None:
+        """``torch.save(obj, f)`` on the main process only (Accelerate's ``accelerator.save``).
+
+        On each machine's local main process with ``ProjectConfiguration(save_on_each_node=True)``;
+        ``safe_serialization=True`` writes a dict of tensors as safetensors. A path is written
+        under a temporary name and renamed into place. It is what
+        ``model.save_pretrained(..., save_function=accelerator.save)`` calls.
+        """
+        from accelkw_core.runtime.checkpoints.pretrained import save_object
+
+        if self.project_configuration.save_on_each_node:
+            writes = self.is_local_main_process
+        else:
+            writes = self.is_main_process
+        if writes:
+            save_object(obj, f, safe_serialization=safe_serialization)
+
+    def register_save_state_pre_hook(self, hook: SaveStateHook) -> RemovableHandle:
+        """Call ``hook(models, weights, output_dir)`` in :meth:`save_state`, before it writes.
+
+        As in Accelerate: ``models`` are the prepared models, ``weights`` a list of their state
+        dicts (a hook that saves a model its own way pops its entry, and the models left are
+        numbered in order), ``output_dir`` the folder being written, here the checkpoint's
+        temporary folder: what the hook writes there is listed in the manifest and committed
+        with the rest. Called on every process. ``handle.remove()`` unregisters it.
+        """
+        return self._checkpoints.register_save_state_pre_hook(hook)
+
+    def register_load_state_pre_hook(self, hook: LoadStateHook) -> RemovableHandle:
+        """Call ``hook(models, input_dir)`` in :meth:`load_state`, before it loads.
+
+        As in Accelerate: a hook that loads a model itself pops it from ``models``. Here it
+        runs once every file of the checkpoint is checked against its manifest, and what it
+        loaded is restored with the rest if the load fails. ``handle.remove()`` unregisters it.
+        """
+        return self._checkpoints.register_load_state_pre_hook(hook)
 
     def register_for_checkpointing(self, *objects: Any) -> None:
         """Save and load ``objects`` (each with ``state_dict``/``load_state_dict``) with the run."""
@@ -633,16 +736,25 @@ class Accelerator:
         atexit.unregister(self._atexit)
         # Pending saves first: a teardown may destroy the process group they agree on.
         saving_failure: BaseException | None = None
+        tracker_failures: list[tuple[str, BaseException]] = []
         try:
             self._checkpoints.wait_for_checkpoints()
         except Exception as failed:
             saving_failure = failed
-        tracker_failures = self._trackers.finish()
-        for name, exc in self.state.run_teardowns():
-            warnings.warn(
-                f"teardown of handler {name!r} failed: {type(exc).__name__}: {exc}", stacklevel=2
-            )
+        finally:
+            # Even when the wait is interrupted (Ctrl-C): the trackers finish and the
+            # teardowns run, once, and the interruption goes on after them.
+            try:
+                tracker_failures = list(self._trackers.finish())
+            finally:
+                for name, exc in self.state.run_teardowns():
+                    warnings.warn(
+                        f"teardown of handler {name!r} failed: {type(exc).__name__}: {exc}",
+                        stacklevel=2,
+                    )
         if saving_failure is not None:
+            for name, exc in tracker_failures:
+                saving_failure.add_note(f"tracker {name!r} failed to finish too: {exc!r}")
             raise saving_failure
         if tracker_failures:
             raise tracker_failures[0][1]

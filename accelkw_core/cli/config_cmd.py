@@ -45,6 +45,7 @@ def add_parser(sub: Any) -> None:
 
 
 def cmd_check(args: argparse.Namespace) -> int:
+    from accelkw_core.cli.plan_cmd import conflict_json, planned_conflicts
     from accelkw_core.cli.render import print_json
     from accelkw_core.cli.settings_view import accelerator_lines, handler_lines, settings_json
     from accelkw_core.cli.strict import config_warnings
@@ -63,9 +64,14 @@ def cmd_check(args: argparse.Namespace) -> int:
             print(f"accelkw: error: {exc}", file=sys.stderr)
         return 1
     versions = {name: info.version for name, info in registry.handlers().items()}
+    # What the run would meet when its handlers contribute (two to a point that takes one).
+    conflicts = planned_conflicts(settings, registry)
+    settings.errors.extend(conflicts)
     ok = not settings.errors and not (args.strict and warned)
     if args.json:
-        print_json({"ok": ok, "warnings": warned, **settings_json(settings, versions)})
+        data = settings_json(settings, versions)
+        data["conflicts"] = [conflict_json(c) for c in conflicts]
+        print_json({"ok": ok, "warnings": warned, **data})
         return 0 if ok else 1
     print(f"config: {settings.config.label}")
     print("accelerator:")

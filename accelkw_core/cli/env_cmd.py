@@ -33,8 +33,8 @@ def add_parser(sub: Any) -> None:
         "env",
         help="versions, plugins, devices, backends and variables, for bug reports",
         description="Print what a bug report needs: the versions of Python, torch and "
-        "accelkw-core, every plugin with its distribution, version and status, the devices and "
-        "distributed backends torch sees, the ACCELKW_* and torchrun variables that are set, "
+        "accelkw-core, every plugin with its distribution, version, status and what it "
+        "contributes (handlers, trackers), the devices and distributed backends torch sees, the ACCELKW_* and torchrun variables that are set, "
         "and each of Accelerate's variables (ACCELERATE_*, FSDP_*) that is set, with what "
         "accelkw does with it (honoured, refused or unused, and why). Paste the output into "
         "the report.",
@@ -86,6 +86,7 @@ def collect_env() -> dict[str, Any]:
             "version": r.version,
             "status": r.status,
             "handlers": sorted(cls.name for cls in r.handlers),
+            "trackers": sorted(str(cls.name) for cls in r.trackers),
             "reason": r.reason or None,
         }
         for r in registry.plugins()
@@ -141,9 +142,12 @@ def cmd_env(args: argparse.Namespace) -> int:
         if key == "plugins":
             print("plugins:" if value else "plugins: none installed")
             for p in value:
-                handlers = ", ".join(p["handlers"]) or "-"
                 line = f"  {p['distribution'] or p['name']} {p['version'] or ''}".rstrip()
-                line += f": {p['status']} (handlers: {handlers})"
+                # What it contributes: handlers, trackers, or both; "-" only for neither.
+                kinds = [
+                    f"{kind}: {', '.join(p[kind])}" for kind in ("handlers", "trackers") if p[kind]
+                ]
+                line += f": {p['status']} ({'; '.join(kinds) or 'handlers: -'})"
                 print(line + (f": {p['reason']}" if p["reason"] else ""))
         elif isinstance(value, dict):
             print(f"{key}:" if value else f"{key}: (none set)")

@@ -5,13 +5,24 @@ from __future__ import annotations
 import argparse
 import contextlib
 import os
+import sys
 from collections.abc import Iterator
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     from accelkw_core.config.settings import Settings
+    from accelkw_core.discovery.registry import Registry
+    from accelkw_core.errors import PointConflictError
 
-__all__ = ["add_parser", "build_plan", "cmd_plan"]
+__all__ = [
+    "add_parser",
+    "build_plan",
+    "cmd_plan",
+    "conflict_json",
+    "default_conflicts",
+    "denied_plugins",
+    "planned_conflicts",
+]
 
 
 def add_parser(sub: Any) -> None:
@@ -21,7 +32,8 @@ def add_parser(sub: Any) -> None:
         description="Show the handlers a run would compose, in apply order, with their effective "
         "values (* marks a value that differs from the default, with where it came from) and "
         "what each would do on this machine and world size. Applies nothing and creates no "
-        "process group.",
+        "process group. Exit status 1 when two handlers would contribute to an extension point "
+        "that takes one (each contributor named, with how to leave it out).",
     )
     plan.add_argument("--config", help="the config file (default: the usual lookup)")
     plan.add_argument(
@@ -52,7 +64,7 @@ def build_plan(
     from accelkw_core.discovery.default_registry import get_registry
     from accelkw_core.errors import ConfigError
     from accelkw_core.facts.environment import env_int
-    from accelkw_core.runtime.planning import plan_run
+    from accelkw_core.runtime.planning import plan_conflicts, plan_run
     from accelkw_core.runtime.state import AcceleratorState
 
     registry = get_registry()
@@ -85,7 +97,100 @@ def build_plan(
     data["world_size"] = world_size
     data["device_type"] = state.device_type
     data["warnings"] = gaps
+    who = {hs.name: (hs.distribution, hs.origin) for hs in settings.handlers}
+    data["conflicts"] = [conflict_json(c) for c in plan_conflicts(plans, who)]
+    data["disabled"].update(denied_plugins(registry))
     return settings, data
+
+
+def conflict_json(error: PointConflictError) -> dict[str, Any]:
+    """A point conflict as the JSON views give it: the point, key, contributors and message."""
+    return {
+        "point": error.point,
+        "key": error.key,
+        "handlers": [
+            {"name": c.handler, "distribution": c.distribution, "origin": c.origin}
+            for c in error.contributors
+        ],
+        "message": str(error),
+    }
+
+
+def denied_plugins(registry: Registry) -> dict[str, str]:
+    """The installed plugins an allow- or deny-list keeps from loading: name -> why.
+
+    They were never imported, so their handlers are unknown: the plugin is named instead.
+    """
+    from accelkw_core.discovery.records import DISABLED
+
+    return {
+        f"plugin {r.name}": f"{r.distribution or 'code'}: {r.reason}"
+        for r in registry.plugins()
+        if r.status == DISABLED
+    }
+
+
+def planned_conflicts(settings: Settings, registry: Registry) -> list[PointConflictError]:
+    """The point conflicts a run with ``settings`` would meet (world size from ``WORLD_SIZE``),
+    for the commands that check a setup without planning it in full."""
+    from accelkw_core.facts.environment import env_int
+    from accelkw_core.runtime.planning import plan_conflicts, plan_run
+    from accelkw_core.runtime.state import AcceleratorState
+
+    world_size = env_int(os.environ, "WORLD_SIZE", 1, 1)
+    state = AcceleratorState(
+        mixed_precision=settings.mixed_precision,
+        cpu=settings.cpu,
+        world_size=world_size,
+        local_world_size=world_size,
+        device_type=None if not settings.cpu and _torch_installed() else "cpu",
+    )
+    with _launch_rendezvous(world_size):
+        plans, _ = plan_run(settings, state, registry)
+    who = {hs.name: (hs.distribution, hs.origin) for hs in settings.handlers}
+    return plan_conflicts(plans, who)
+
+
+def default_conflicts(registry: Registry) -> list[PointConflictError]:
+    """The point conflicts among the installed handlers on by default (no config read), planned
+    in each mixed precision on one and two processes: what ``plugins list --strict`` reports,
+    a function of what is installed only. Each conflict once, by its point, key and handlers."""
+    from accelkw_core.config.selection import handler_key, resolve_handlers
+    from accelkw_core.runtime.planning import plan_conflicts, plan_handler
+    from accelkw_core.runtime.state import AcceleratorState
+
+    handlers = resolve_handlers((), registry=registry)
+    who: dict[str, tuple[str | None, str | None]] = {}
+    for handler in handlers:
+        info = registry.info_for(type(handler))
+        who[handler_key(handler)] = (info.distribution if info else None, "default")
+    found: dict[tuple[str, str | None, tuple[str, ...]], PointConflictError] = {}
+    device = None if _torch_installed() else "cpu"
+    for world_size in (1, 2):
+        for precision in ("no", "fp16", "bf16"):
+            state = AcceleratorState(
+                mixed_precision=precision,
+                world_size=world_size,
+                local_world_size=world_size,
+                device_type=device,
+            )
+            with _launch_rendezvous(world_size):
+                plans = [plan_handler(handler_key(h), h, state) for h in handlers]
+            for error in plan_conflicts(plans, who):
+                names = tuple(c.handler for c in error.contributors)
+                found.setdefault((error.point, error.key, names), error)
+    return list(found.values())
+
+
+def _torch_installed() -> bool:
+    # Without torch (a torch-free install checking its config) no run can start, and the device
+    # changes which points a handler contributes to little: plan for the CPU, importing nothing.
+    import importlib.util
+
+    try:
+        return importlib.util.find_spec("torch") is not None
+    except ImportError:
+        return False
 
 
 @contextlib.contextmanager
@@ -111,9 +216,10 @@ def cmd_plan(args: argparse.Namespace) -> int:
     from accelkw_core.cli.settings_view import accelerator_lines, handler_lines
 
     settings, data = build_plan(args.config, args.nproc_per_node, args.mixed_precision)
+    failed = 1 if data["conflicts"] else 0
     if args.json:
         print_json(data)
-        return 0
+        return failed
     print(
         f"plan: world size {data['world_size']}, device {data['device_type']}, "
         f"config {settings.config.label}"
@@ -140,4 +246,6 @@ def cmd_plan(args: argparse.Namespace) -> int:
         print(f"note: {note}")
     for warning in data["warnings"]:
         print(f"warning: {warning}")
-    return 0
+    for conflict in data["conflicts"]:
+        print(f"accelkw: error: {conflict['message']}", file=sys.stderr)
+    return failed

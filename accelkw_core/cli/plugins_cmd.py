@@ -26,7 +26,10 @@ def add_parser(sub: Any) -> None:
         "--strict",
         action="store_true",
         help="exit 1 when any plugin failed, conflicts or is incompatible with this core, "
-        "or ACCELKW_PLUGINS / ACCELKW_DISABLE_PLUGINS name a plugin that is not installed",
+        "ACCELKW_PLUGINS / ACCELKW_DISABLE_PLUGINS name a plugin that is not installed, or "
+        "two installed handlers on by default would contribute to an extension point that "
+        "takes one (planned in each mixed precision on 1 and 2 processes; `accelkw plan` and "
+        "`accelkw config check` check a run's own settings)",
     )
     lst.add_argument(
         "--refresh",
@@ -176,18 +179,22 @@ def cmd_list(args: argparse.Namespace) -> int:
         listing = listing_cache.read(snap)
         if listing is not None and args.json and not listing["fields"]:
             listing = None  # kept by a table listing, which does not resolve fields
+        if listing is not None and args.strict and "conflicts" not in listing:
+            listing = None  # kept by a listing without --strict, which planned nothing
         if listing is not None:
             for message in listing["typos"]:  # as config_warnings prints them after a load
                 print(f"accelkw: warning: {message}", file=sys.stderr)
     if listing is None:
-        listing = _load_listing(snap, fields=args.json or args.refresh)
+        listing = _load_listing(snap, fields=args.json or args.refresh, strict=args.strict)
     return _print_listing(args, listing)
 
 
-def _load_listing(snap: Any, fields: bool) -> dict[str, Any]:
+def _load_listing(snap: Any, fields: bool, strict: bool = False) -> dict[str, Any]:
     """Load every plugin for real; keep what the listing shows under ``snap`` (if any).
 
     ``fields``: resolve each handler's fields (``--json`` prints them; a table does not).
+    ``strict``: also plan the installed handlers on by default and keep their point conflicts
+    (a function of what is installed, so kept with the listing).
     """
     from accelkw_core.cli.strict import config_warnings
     from accelkw_core.discovery import listing_cache
@@ -204,6 +211,10 @@ def _load_listing(snap: Any, fields: bool) -> dict[str, Any]:
         "autoload": registry.autoload,
         "fields": fields,
     }
+    if strict:  # after `imported`: planning imports torch, which is no plugin's source
+        from accelkw_core.cli.plan_cmd import default_conflicts
+
+        listing["conflicts"] = [str(c) for c in default_conflicts(registry)]
     if snap is not None and registry.group == listing_cache.GROUP:
         # A plugin left unimported (denied, or built for another core) stays so until the stamp
         # changes, wherever its module is: only the imported ones' sources matter.
@@ -257,7 +268,10 @@ def _print_listing(args: argparse.Namespace, listing: dict[str, Any]) -> int:
     for p in bad:
         reason = p["error"]["message"] if p["error"] else ""
         print(f"accelkw: warning: plugin {p['name']!r} {p['status']}: {reason}", file=sys.stderr)
-    return 1 if args.strict and (bad or listing["typos"]) else 0
+    conflicts: list[str] = listing.get("conflicts", []) if args.strict else []
+    for message in conflicts:
+        print(f"accelkw: error: {message}", file=sys.stderr)
+    return 1 if args.strict and (bad or listing["typos"] or conflicts) else 0
 
 
 def cmd_show(args: argparse.Namespace) -> int:

@@ -11,7 +11,7 @@ plugins take as defaults. accelkw takes them the same way, and each one is one o
   SageMaker, TPU, ...): the run stops before it starts, in one line naming the variable and why;
 - **unused**, where Accelerate would not read it either (``ACCELERATE_DEEPSPEED_*`` without
   DeepSpeed, ``FSDP_*`` without FSDP), or where what reads it in Accelerate is not part of
-  accelkw (``ACCELERATE_LOG_LEVEL``, read by ``accelerate.logging``).
+  accelkw's run (``ACCELERATE_LOG_LEVEL``, read by ``get_logger``'s loggers, not the run).
 
 Precedence, per setting: a value in code, then ``ACCELKW_*`` variables, then ``ACCELERATE_*``
 variables, then the config file, then the default. One exception keeps Accelerate's meaning:
@@ -140,8 +140,8 @@ CORE_VARIABLES: dict[str, CoreVariable] = {
     "ACCELERATE_LOG_LEVEL": CoreVariable(
         "the level of `accelerate.logging.get_logger` loggers",
         UNUSED,
-        "read by `accelerate.logging`, which accelkw does not replace; accelkw's own loggers "
-        "follow ACCELKW_LOG_LEVEL",
+        "not a setting of the run: read by `accelkw_core.logging.get_logger` (the port of "
+        "`accelerate.logging`); accelkw's own loggers follow ACCELKW_LOG_LEVEL",
     ),
     "ACCELERATE_INIT_INCLUDE_BUFFERS": CoreVariable(
         "the default of `init_empty_weights(include_buffers=)`",

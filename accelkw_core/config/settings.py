@@ -67,6 +67,9 @@ class HandlerSettings:
     handler: KwargsHandler
     sources: dict[str, str] = field(default_factory=dict)
     distribution: str | None = None
+    #: Why it is composed: ``"code"`` (passed in code), ``"config"`` (asked for by a config
+    #: file or the environment) or ``"default"`` (installed and on by default).
+    origin: str = DEFAULT
 
     def source(self, field_name: str) -> str:
         """``"code"``, ``"env ACCELKW_…"``, ``"file … [handlers.…]"`` or ``"default"``."""
@@ -185,6 +188,7 @@ def resolve_settings(
             built = HandlerSettings(name, code[name] if name in code else cls())
         info = installed.get(name)
         built.distribution = info.distribution if info and info.cls is cls else None
+        built.origin = CODE if name in code else "config" if name in requested else DEFAULT
         out.handlers.append(built)
     order = {id(h): i for i, h in enumerate(order_handlers(s.handler for s in out.handlers))}
     out.handlers.sort(key=lambda s: order[id(s.handler)])

@@ -24,6 +24,7 @@ __all__ = [
     "AccumulationPolicy",
     "AfterStep",
     "ApplyLoaded",
+    "AroundBackward",
     "AroundStep",
     "Backward",
     "CheckpointContribution",
@@ -59,6 +60,12 @@ OptimizerWrapper = Callable[["torch.optim.Optimizer"], "torch.optim.Optimizer"]
 #: ``loss``: ``transform(loss) -> loss``, applied in ``Accelerator.backward`` before backward.
 LossTransform = Callable[["torch.Tensor"], "torch.Tensor"]
 
+#: ``around_backward``: ``around(loss, proceed)``, wrapped around the backward of
+#: ``Accelerator.backward``: ``proceed(loss)`` runs the inner contributions and the backward
+#: itself with the loss it is given (a loss scaler passes the scaled loss); not calling it skips
+#: the backward.
+AroundBackward = Callable[["torch.Tensor", Callable[["torch.Tensor"], None]], None]
+
 #: ``unscale_gradients``: ``unscale(optimizer)``, divides its gradients by the loss scale.
 Unscale = Callable[["torch.optim.Optimizer"], None]
 
@@ -76,7 +83,8 @@ ApplyLoaded = Callable[[], None]
 
 
 class Backward(Protocol):
-    """``backward``: runs the backward pass of ``loss`` in place of ``loss.backward(**kwargs)``."""
+    """``backward`` (deprecated, use ``AroundBackward``): runs the backward pass of ``loss`` in
+    place of ``loss.backward(**kwargs)``, inside the ``around_backward`` chain."""
 
     def __call__(self, loss: torch.Tensor, **kwargs: Any) -> None: ...
 
@@ -181,7 +189,11 @@ class CheckpointExecutor(Protocol):
     ``job.commit(group)`` once, where it likes (a thread of its own; ``group`` a process group
     of its own for a run of several processes). ``wait()`` returns once every submitted save
     is committed, and raises a failed one's error once; ``load_state``, ``wait_for_everyone``,
-    ``end_training`` and ``accelerator.wait_for_checkpoints()`` call it.
+    ``end_training`` and ``accelerator.wait_for_checkpoints()`` call it, and the processes
+    agree on its outcome before any raises. ``submit`` raising an earlier save's failure must
+    do so at the same call on every process: decide by the saves submitted (which it waits
+    for), never by which happen to be done already, or one process raises while another
+    stages the next save and waits for it in a collective.
     """
 
     def submit(self, job: SaveJob, /) -> None: ...

@@ -9,6 +9,7 @@ against the point's own type and names that type when it does not fit.
 
 from __future__ import annotations
 
+import warnings
 from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any, Generic, NamedTuple, TypeVar
@@ -63,7 +64,9 @@ class ExtensionPoint(Generic[T_contra]):
     ``name``: the point's name (what ``accelkw plan`` prints); ``cardinality``: ``one``,
     ``many``, ``keyed`` or ``stack``; ``contribution`` and ``used``: what a contribution is
     and how the runtime uses it; ``role``: ``precision``, ``distribution``, ``shared``,
-    ``loop`` or ``checkpoint``; ``ranks``: on which processes and when the runtime calls it.
+    ``loop`` or ``checkpoint``; ``ranks``: on which processes and when the runtime calls it;
+    ``deprecated``: what to use instead, for a point kept only for plugins written before it
+    (contributing to it from a plan warns with a ``DeprecationWarning`` saying so).
     """
 
     name: str
@@ -72,6 +75,7 @@ class ExtensionPoint(Generic[T_contra]):
     used: str
     role: str = "shared"
     ranks: str = EVERY_RANK
+    deprecated: str = ""
 
     def __str__(self) -> str:
         return self.name
@@ -87,6 +91,13 @@ class ExtensionPoint(Generic[T_contra]):
     ) -> PointStep:
         """What ``Plan.contribute(point, value, message, ...)`` records; ``mypy`` checks
         ``value`` against ``T``."""
+        if self.deprecated:
+            warnings.warn(
+                f"the {constant_name(self)} extension point is deprecated and stops working in "
+                f"accelkw 0.4: {self.deprecated}",
+                DeprecationWarning,
+                stacklevel=3,
+            )
         return PointStep(message, self.name, value, key, tuple(provides))
 
     def entry(self, handler: str, value: T_contra, /, *, key: str | None = None) -> Contribution:

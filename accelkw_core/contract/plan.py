@@ -17,7 +17,7 @@ from accelkw_core.contract.state import AcceleratorState
 
 P = ParamSpec("P")
 
-__all__ = ["Plan", "PlanStep"]
+__all__ = ["Plan", "PlanPoint", "PlanStep"]
 
 
 class PlanStep(NamedTuple):
@@ -41,9 +41,11 @@ class PlanStep(NamedTuple):
         return self.point is not None or self.action is not None
 
 
-class _StepMaker(Protocol[P]):
-    """What ``Plan.contribute`` takes first: an extension point, which makes the step from the
-    arguments after it (:meth:`ExtensionPoint.step
+class PlanPoint(Protocol[P]):
+    """What ``Plan.contribute`` takes first: an extension point constant of
+    :mod:`accelkw_core.plugin` (``MODEL_WRAPPER``), which makes the step from the arguments after
+    it; a point's name (a ``str``, the deprecated form) is not one, so ``mypy`` reports it as
+    "expected PlanPoint[...]" (:meth:`ExtensionPoint.step
     <accelkw_core.contract.points.ExtensionPoint.step>`). Through ``P`` the point alone decides
     what those arguments must be."""
 
@@ -71,7 +73,7 @@ class Plan:
         self.handler = handler
         self.steps: list[PlanStep] = []
 
-    def contribute(self, point: _StepMaker[P], /, *args: P.args, **kwargs: P.kwargs) -> Plan:
+    def contribute(self, point: PlanPoint[P], /, *args: P.args, **kwargs: P.kwargs) -> Plan:
         """Contribute a value to an extension point when applied:
         ``plan.contribute(POINT, value, message, key=None, provides=())``.
 

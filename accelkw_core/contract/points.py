@@ -16,8 +16,8 @@ Cardinalities:
 - ``stack``: run in reverse order of contribution (teardowns).
 
 Roles: the points of cardinality one belong to one owner each, grouped as Lightning groups
-them: the **precision** role (how numbers are computed: ``backward``, ``unscale_gradients``,
-with the shared ``forward_context`` and ``forward_output``) and the **distribution** role (how
+them: the **precision** role (how numbers are computed: ``unscale_gradients`` and the deprecated
+``backward``, with the shared ``forward_context``, ``forward_output`` and ``around_backward``) and the **distribution** role (how
 the model is spread over processes: ``no_sync``, ``model_state``, ``model_checkpoint``, with the
 shared ``model_wrapper`` and ``optimizer_wrapper``). The other points are ``shared`` (anyone
 adds to them) or belong to the ``loop`` (``accumulation``, ``profiler``) or to ``checkpoint``
@@ -26,11 +26,13 @@ adds to them) or belong to the ``loop`` (``accumulation``, ``profiler``) or to `
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from typing import Any
 
 from accelkw_core.contract.contributions import (
     AccumulationPolicy,
     AfterStep,
+    AroundBackward,
     AroundStep,
     Backward,
     CheckpointContribution,
@@ -61,6 +63,7 @@ from accelkw_core.contract.extension_point import (
 __all__ = [
     "ACCUMULATION",
     "AFTER_STEP",
+    "AROUND_BACKWARD",
     "AROUND_STEP",
     "ATTRIBUTE",
     "BACKWARD",
@@ -86,6 +89,8 @@ __all__ = [
     "UNSCALE_GRADIENTS",
     "ExtensionPoint",
     "constant_name",
+    "point_conflicts",
+    "single_slot",
 ]
 
 FORWARD_CONTEXT: ExtensionPoint[ForwardContext] = ExtensionPoint(
@@ -130,7 +135,20 @@ LOSS: ExtensionPoint[LossTransform] = ExtensionPoint(
     "only observe it",
     "applied in composition order by ``accelerator.backward(loss)`` to the loss it will "
     "backpropagate (already divided by ``gradient_accumulation_steps``), before the "
-    "``backward`` contribution: under fp16 it sees the loss before the scaler scales it",
+    "``around_backward`` chain: under fp16 it sees the loss before the scaler scales it",
+    "shared",
+    "every rank, every ``backward`` call (each micro-step)",
+)
+AROUND_BACKWARD: ExtensionPoint[AroundBackward] = ExtensionPoint(
+    "around_backward",
+    MANY,
+    "a callable ``around(loss, proceed)`` (``AroundBackward``); ``proceed(loss)`` runs the "
+    "inner contributions and the backward with the loss it is given",
+    "nested around the backward of every ``accelerator.backward(loss)``, after the ``loss`` "
+    "contributions, the first contribution outermost (as ``around_step``): a loss scaler calls "
+    "``proceed(scaler.scale(loss))``, so the contributions composed after it see the scaled "
+    "loss and those before it the true one; the innermost ``proceed`` runs "
+    "``loss.backward(**kwargs)``; not calling ``proceed`` skips the backward",
     "shared",
     "every rank, every ``backward`` call (each micro-step)",
 )
@@ -138,10 +156,12 @@ BACKWARD: ExtensionPoint[Backward] = ExtensionPoint(
     "backward",
     ONE,
     "a callable ``backward(loss, **kwargs)`` (``Backward``)",
-    "what ``accelerator.backward(loss)`` runs instead of ``loss.backward()``, after the "
-    "``loss`` contributions",
+    "deprecated: what the innermost ``proceed`` of ``around_backward`` runs instead of "
+    "``loss.backward(**kwargs)``, with the loss the wrappers passed (scaled under fp16)",
     "precision",
     "every rank, every ``backward`` call",
+    deprecated="contribute to AROUND_BACKWARD instead (around(loss, proceed) calling "
+    "proceed(loss)), which composes with the grad scaler and other plugins",
 )
 AROUND_STEP: ExtensionPoint[AroundStep] = ExtensionPoint(
     "around_step",
@@ -285,6 +305,7 @@ POINTS: dict[str, ExtensionPoint[Any]] = {
         MODEL_WRAPPER,
         OPTIMIZER_WRAPPER,
         LOSS,
+        AROUND_BACKWARD,
         BACKWARD,
         AROUND_STEP,
         AFTER_STEP,
@@ -300,3 +321,39 @@ POINTS: dict[str, ExtensionPoint[Any]] = {
         TEARDOWN,
     )
 }
+
+
+def single_slot(
+    point: ExtensionPoint[Any], handler: str, key: str | None
+) -> tuple[str, str | None] | None:
+    """Where a contribution takes the only place: ``(point, None)`` for a point of cardinality
+    one (whatever its key), ``(point, key)`` for a keyed point (the key defaults to the handler's
+    name), ``None`` for the points that take many.
+
+    Two contributions with one slot conflict: the runtime's ``state.contribute`` and the plan's
+    check before a run (:func:`point_conflicts`) both go by this rule.
+    """
+    if point.cardinality == ONE:
+        return (point.name, None)
+    if point.cardinality == KEYED:
+        return (point.name, handler if key is None else key)
+    return None
+
+
+def point_conflicts(
+    contributions: Iterable[tuple[str, str, str | None]],
+) -> list[tuple[str, str | None, list[str]]]:
+    """``(point, key, handlers)`` for each slot (:func:`single_slot`) that more than one of
+    ``contributions`` takes, the handlers in the order given; ``contributions`` are
+    ``(handler, point name, key)`` in apply order (unknown point names are left out)."""
+    slots: dict[tuple[str, str | None], list[str]] = {}
+    for handler, name, key in contributions:
+        spec = POINTS.get(name)
+        place = single_slot(spec, handler, key) if spec is not None else None
+        if place is not None:
+            slots.setdefault(place, []).append(handler)
+    return [
+        (point, key if POINTS[point].cardinality == KEYED else None, handlers)
+        for (point, key), handlers in slots.items()
+        if len(handlers) > 1
+    ]

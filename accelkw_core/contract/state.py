@@ -17,14 +17,15 @@ from accelkw_core.contract.extension_point import Contribution, ExtensionPoint
 if TYPE_CHECKING:
     import torch
 
-__all__ = ["AcceleratorState", "Entries", "LogEntry"]
+__all__ = ["AcceleratorState", "LogEntry", "StatePoint"]
 
 T = TypeVar("T")
 P = ParamSpec("P")
 
 
-class Entries(Protocol[P]):
-    """What ``state.contribute`` takes first: an extension point, whose :meth:`entry
+class StatePoint(Protocol[P]):
+    """What ``state.contribute`` takes first: an extension point constant of
+    :mod:`accelkw_core.plugin` (a name, the deprecated form, is reported as not one), whose :meth:`entry
     <accelkw_core.contract.extension_point.ExtensionPoint.entry>` makes the contribution from
     the arguments after it. Through ``P`` the point alone types them, so a wrong value is
     reported as "expected <the point's type>"."""
@@ -56,7 +57,7 @@ class AcceleratorState(Protocol):
     The points: :meth:`contribute` adds to one (a :class:`~accelkw_core.contract.plan.Plan`
     does it for a handler), :meth:`values`, :meth:`keyed` and :meth:`contributions` read one.
     :meth:`record` keeps the log a user sees in ``accelkw plan``; :meth:`agree` makes every
-    process take the same decision.
+    process take the same decision, :meth:`agree_value` agree on one number.
     """
 
     @property
@@ -112,7 +113,7 @@ class AcceleratorState(Protocol):
         """The log lines recorded by ``handler``."""
         ...
 
-    def contribute(self, point: Entries[P], /, *args: P.args, **kwargs: P.kwargs) -> None:
+    def contribute(self, point: StatePoint[P], /, *args: P.args, **kwargs: P.kwargs) -> None:
         """``state.contribute(POINT, handler, value, key=None)``: add ``handler``'s ``value``
         to ``POINT`` (a constant of :mod:`accelkw_core.plugin`), checking its cardinality.
 
@@ -154,4 +155,12 @@ class AcceleratorState(Protocol):
         """``flag`` agreed by every process (``how="any"``: true on every rank when it is on
         any; ``"all"``: only when it is on all). Every process must call it, as often; with one
         process it is ``flag``."""
+        ...
+
+    def agree_value(
+        self, value: float, *, op: Literal["sum", "mean", "max", "min"] = "mean"
+    ) -> float:
+        """``value`` combined over every process by ``op`` (``"mean"``, ``"sum"``, ``"max"``,
+        ``"min"``): the same float on every rank. Every process must call it, as often; with one
+        process it is ``float(value)``."""
         ...

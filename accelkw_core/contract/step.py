@@ -31,7 +31,9 @@ class StepContext:
     ``skipped`` is ``True`` once the step did not change
     the parameters: an around-step contribution did not call ``proceed()``. ``kwargs`` go to
     the innermost ``optimizer.step`` (a contribution may add some, as a loss scaler does
-    for fused optimizers). ``run`` is the run's state (``None`` in a context built by hand).
+    for fused optimizers). ``run`` is the run's state: always set by the runtime (every step
+    of a prepared optimizer), ``None`` only in a context built by hand without one (a unit
+    test), where :meth:`agree` and :meth:`agree_value` act as for one process.
 
     Every rank runs the outermost ``around_step`` contribution and every ``after_step`` one on
     each ``step()``; an inner contribution runs only where the outer ones proceed, and a loss
@@ -41,6 +43,14 @@ class StepContext:
     """
 
     __slots__ = ("closure", "index", "kwargs", "optimizer", "run", "skipped", "taken")
+
+    optimizer: Any
+    closure: Callable[[], Any] | None
+    index: int
+    taken: int
+    run: AcceleratorState | None
+    kwargs: dict[str, Any]
+    skipped: bool
 
     def __init__(
         self,
@@ -57,7 +67,7 @@ class StepContext:
         self.index = index
         self.taken = index if taken is None else taken
         self.run = run
-        self.kwargs: dict[str, Any] = {}
+        self.kwargs = {}
         self.skipped = True
 
     def agree(self, flag: bool, *, how: Literal["any", "all"] = "any") -> bool:
@@ -73,6 +83,18 @@ class StepContext:
         if self.run is None:
             return bool(flag)
         return self.run.agree(flag, how=how)
+
+    def agree_value(
+        self, value: float, *, op: Literal["sum", "mean", "max", "min"] = "mean"
+    ) -> float:
+        """``value`` combined over every process by ``op`` (``"mean"``, ``"sum"``, ``"max"``,
+        ``"min"``): the same float on every rank, for a number a decision rests on (a
+        gradient norm, a count of non-finite values). Every rank calls it, as often, with the
+        rules of :meth:`agree`. With one process (or a context built without a run) it returns
+        ``float(value)``."""
+        if self.run is None:
+            return float(value)
+        return self.run.agree_value(value, op=op)
 
     def __repr__(self) -> str:
         return f"StepContext(index={self.index}, taken={self.taken}, skipped={self.skipped})"

@@ -12,9 +12,20 @@ from accelkw_core.contract.state import AcceleratorState
 from accelkw_core.discovery.catalog import provider_hint
 from accelkw_core.errors import AccelkwError
 
-__all__ = ["REDUCTIONS", "agree", "barrier", "gather", "gather_objects", "has_group", "reduce"]
+__all__ = [
+    "REDUCTIONS",
+    "VALUE_OPS",
+    "agree",
+    "agree_value",
+    "barrier",
+    "gather",
+    "gather_objects",
+    "has_group",
+    "reduce",
+]
 
 REDUCTIONS = ("sum", "mean")
+VALUE_OPS = ("sum", "mean", "max", "min")
 
 
 def has_group() -> bool:
@@ -95,6 +106,31 @@ def agree(flag: bool, state: AcceleratorState, how: str = "any") -> bool:
     value = torch.tensor([1 if flag else 0], dtype=torch.int32, device=state.device)
     dist.all_reduce(value, op=dist.ReduceOp.MAX if how == "any" else dist.ReduceOp.MIN)
     return bool(value.item())
+
+
+def agree_value(value: float, state: AcceleratorState, op: str = "mean") -> float:
+    """``value`` combined over every process by ``op`` (``"sum"``, ``"mean"``, ``"max"`` or
+    ``"min"``), the same float on every rank. Every process must call it, as often; with one
+    process it is ``float(value)``. Reduced in float64, so an int up to 2**53 stays exact."""
+    if op not in VALUE_OPS:
+        raise ValueError(
+            f"agree_value: got op={op!r}, expected one of " + ", ".join(map(repr, VALUE_OPS))
+        )
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        raise TypeError(
+            f"agree_value: got {type(value).__name__} {value!r}, expected a number (int or "
+            "float); agree on a flag with agree(flag)"
+        )
+    if not state.distributed:
+        return float(value)
+    import torch
+
+    dist = _group(state, "agree_value")
+    tensor = torch.tensor([float(value)], dtype=torch.float64, device=state.device)
+    reduce_op = {"max": dist.ReduceOp.MAX, "min": dist.ReduceOp.MIN}.get(op, dist.ReduceOp.SUM)
+    dist.all_reduce(tensor, op=reduce_op)
+    total = float(tensor.item())
+    return total / state.world_size if op == "mean" else total
 
 
 def barrier(state: AcceleratorState) -> None:

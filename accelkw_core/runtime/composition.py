@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import time
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from typing import TYPE_CHECKING
 
 from accelkw_core.config.selection import handler_key, resolve_handlers
@@ -11,6 +11,7 @@ from accelkw_core.contract.handler import KwargsHandler
 from accelkw_core.discovery.default_registry import get_registry
 from accelkw_core.discovery.registry import Registry
 from accelkw_core.errors import HandlerApplyError, PointConflictError
+from accelkw_core.runtime.planning import plan_conflicts, plan_handler
 from accelkw_core.runtime.state import AcceleratorState
 
 if TYPE_CHECKING:
@@ -43,14 +44,18 @@ def compose(
     if settings is not None:
         ordered = [hs.handler for hs in settings.handlers]
         dists = {hs.name: hs.distribution for hs in settings.handlers}
+        origins = {hs.name: hs.origin for hs in settings.handlers}
     else:
         ordered = resolve_handlers(
             handlers, registry=registry, include_defaults=include_defaults, disabled=disabled
         )
         dists = {}
+        passed = {id(h) for h in handlers}
+        origins = {}
         for handler in ordered:
             info = registry.info_for(type(handler))
             dists[handler_key(handler)] = info.distribution if info else None
+            origins[handler_key(handler)] = "code" if id(handler) in passed else "default"
     for handler in ordered:
         name = handler_key(handler)
         state.distributions[name] = dists.get(name)
@@ -59,7 +64,10 @@ def compose(
             handler.apply(state)
         except PointConflictError as exc:
             _rollback(state, exc)
-            raise
+            full = _whole_conflict(exc, state, ordered, dists, origins)
+            if full is exc:
+                raise
+            raise full from None
         except Exception as exc:
             _rollback(state, exc)
             raise HandlerApplyError(name, dists.get(name), exc) from exc
@@ -89,6 +97,32 @@ def _state_ready(registry: Registry, state: AcceleratorState) -> None:
         else hook.accelkw_state_ready
     )
     caller(state=state)
+
+
+def _whole_conflict(
+    exc: PointConflictError,
+    state: AcceleratorState,
+    ordered: Sequence[KwargsHandler],
+    dists: Mapping[str, str | None],
+    origins: Mapping[str, str],
+) -> PointConflictError:
+    """The conflict as ``accelkw plan`` reports it: every contributor to the point (the state
+    saw the first two), each with its origin, from the same plans apply carried out."""
+    scratch = state.scratch()
+    plans = [plan_handler(handler_key(h), h, scratch) for h in ordered]
+    who = {name: (dist, origins.get(name)) for name, dist in dists.items()}
+    for found in plan_conflicts(plans, who):
+        named = {c.handler for c in found.contributors}
+        if (
+            found.point == exc.point
+            and found.key == exc.key
+            and {exc.first[0], exc.second[0]} <= named
+        ):
+            return found
+    # A handler that overrides apply() plans nothing visible: name the two the state saw.
+    return PointConflictError.of(
+        exc.point, [c._replace(origin=origins.get(c.handler)) for c in exc.contributors], exc.key
+    )
 
 
 def _rollback(state: AcceleratorState, cause: Exception) -> None:

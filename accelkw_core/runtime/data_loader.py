@@ -5,9 +5,9 @@ Imported by ``Accelerator.prepare`` only, so importing torch here costs nothing 
 
 from __future__ import annotations
 
-import contextlib
 import inspect
-import warnings
+import itertools
+import math
 from collections.abc import Iterator, Sized
 from typing import Any, cast
 
@@ -15,15 +15,18 @@ import torch
 from torch.utils.data import DataLoader, IterableDataset, RandomSampler
 
 from accelkw_core.errors import AccelkwError, ConfigError
+from accelkw_core.runtime.batch_dispatch import DispatchedBatch, IterableShard, dispatched_batches
 from accelkw_core.runtime.dataloader_config import DataLoaderConfiguration
 from accelkw_core.runtime.state import AcceleratorState
 
 __all__ = [
     "BatchShard",
+    "DispatchingDataLoader",
     "LoaderProgress",
     "PreparedDataLoader",
     "SeedableRandomSampler",
     "SkipBatchSampler",
+    "SkippingDataLoader",
     "move_to_device",
     "prepare_data_loader",
     "skip_first_batches",
@@ -92,10 +95,13 @@ class PreparedDataLoader(DataLoader[Any]):
         total_batch_size: int | None = None,
         synchronized_generator: Any = None,
         non_blocking: bool = False,
+        skip_batches: int = 0,
         **kwargs: Any,
     ) -> None:
         super().__init__(*args, **kwargs)
         self.device = device
+        #: batches of each pass not yielded (read and dropped: a stream cannot seek).
+        self.skip_batches = skip_batches
         self.non_blocking = non_blocking
         self.epoch = 0
         self.progress = progress
@@ -120,6 +126,16 @@ class PreparedDataLoader(DataLoader[Any]):
             # (DataLoader refuses to set the attribute once built).
             object.__setattr__(self, "batch_size", getattr(self.batch_sampler, "batch_size", None))
 
+    def _settings(self) -> dict[str, Any]:
+        """What ``prepare`` gave this loader besides torch's arguments (a copy gets them too)."""
+        return {
+            "device": self.device,
+            "progress": self.progress,
+            "total_batch_size": self._total_batch_size,
+            "synchronized_generator": self.synchronized_generator,
+            "non_blocking": self.non_blocking,
+        }
+
     @property
     def total_batch_size(self) -> int | None:
         """The batch size summed over the processes (``batch_size * num_processes``)."""
@@ -137,11 +153,7 @@ class PreparedDataLoader(DataLoader[Any]):
 
     def _begin(self) -> None:
         self.end_of_dataloader = False
-        self.remainder = -1
-        total = self._total_batch_size
-        if total and not self.drop_last:
-            with contextlib.suppress(TypeError):  # a dataset without a length
-                self.remainder = len(cast(Sized, self.dataset)) % total
+        self.remainder = self._opening_remainder()
         if self.progress is not None:
             self.progress.active.append(self)
 
@@ -154,11 +166,19 @@ class PreparedDataLoader(DataLoader[Any]):
         """The generator a shuffling sampler draws each pass's order from, if it has one.
 
         The one ``prepare`` gives a shuffling loader of a multi-process run, or the user's
-        (``DataLoader(..., generator=...)``). A sampler without one draws a fresh seed from
-        torch's global generator at each pass, which a checkpoint cannot tell apart later.
+        (``DataLoader(..., generator=...)``); for a stream, the ``torch.Generator`` its dataset
+        keeps as ``generator`` (Accelerate's convention for a shuffling ``IterableDataset``). A
+        sampler without one draws a fresh seed from torch's global generator at each pass,
+        which a checkpoint cannot tell apart later.
         """
         if self.synchronized_generator is not None:
             return self.synchronized_generator
+        dataset = self.dataset
+        if isinstance(dataset, IterableShard):
+            dataset = dataset.dataset
+        if isinstance(dataset, IterableDataset):
+            generator = getattr(dataset, "generator", None)
+            return generator if isinstance(generator, torch.Generator) else None
         sampler = getattr(self.batch_sampler, "batch_sampler", self.batch_sampler)
         inner = getattr(sampler, "sampler", None)
         return getattr(inner, "generator", None) if isinstance(inner, RandomSampler) else None
@@ -194,6 +214,43 @@ class PreparedDataLoader(DataLoader[Any]):
                 generator.set_state(position["generator"])
             self._replay = position.get("global_generator")
 
+    def _opening_remainder(self) -> int:
+        """``remainder`` as a pass begins: the real samples of its last round, ``-1`` if unknown."""
+        total = self._total_batch_size
+        if not total or self.drop_last:
+            return -1
+        try:
+            length = len(cast(Sized, self.dataset))
+        except TypeError:  # a dataset without a length
+            return -1
+        if isinstance(self.dataset, IterableShard):
+            # The shard's length is whole per-process batches, so Accelerate's count gives 0:
+            # nothing is dropped from the last round of a sharded stream.
+            return 0
+        return length % total
+
+    def _stream(self) -> Iterator[tuple[Any, bool]]:
+        """This pass's batches on the device, each with whether it is the pass's last.
+
+        Read one ahead, so the last batch is known while it is used; the pass's random draws
+        (its base seed, its order) happen at the first ``next``.
+        """
+        batches = super().__iter__()
+        try:
+            current = next(batches)
+        except StopIteration:
+            return
+        while True:
+            if self.device is not None:
+                current = move_to_device(current, self.device, self.non_blocking)
+            try:
+                upcoming = next(batches)
+            except StopIteration:
+                yield current, True
+                return
+            yield current, False
+            current = upcoming
+
     # torch annotates DataLoader.__iter__ with its private iterator class; this one yields the
     # batches itself, one ahead, as a generator.
     def __iter__(self) -> Iterator[Any]:  # type: ignore[override]
@@ -210,27 +267,20 @@ class PreparedDataLoader(DataLoader[Any]):
         self._begin()
         if self._origin is not None:
             self._origin._live = self
-        device = self.device
         try:
+            stream = self._stream()
             try:
-                batches = super().__iter__()
-                current = next(batches)  # the pass's draws happen here
+                head = next(stream)  # the pass's draws happen here
             except StopIteration:
                 return
             finally:
                 if replay is not None:
                     torch.set_rng_state(restored)
-            while True:
-                if device is not None:
-                    current = move_to_device(current, device, self.non_blocking)
-                try:
-                    upcoming = next(batches)
-                except StopIteration:
+            for index, (batch, last) in enumerate(itertools.chain([head], stream)):
+                if last:
                     self.end_of_dataloader = True
-                    yield current
-                    break
-                yield current
-                current = upcoming
+                if index >= self.skip_batches:
+                    yield batch
             self.epoch += 1
             if self._origin is not None:
                 self._origin.epoch = self.epoch
@@ -238,6 +288,75 @@ class PreparedDataLoader(DataLoader[Any]):
             self._end()
             if self._origin is not None and self._origin._live is self:
                 self._origin._live = None
+
+
+class DispatchingDataLoader(PreparedDataLoader):
+    """A prepared loader read on the main process only, each global batch split among all.
+
+    Accelerate's ``DataLoaderDispatcher`` (``dispatch_batches=True``, the default for an
+    ``IterableDataset``): process 0 iterates the loader as it was given (every process starts
+    the pass, so each draws its base seed from torch's generator as under Accelerate) and
+    broadcasts each global batch: one batch of it with ``split_batches``, else
+    ``num_processes`` of them concatenated. Each process keeps its equal slice; unless
+    ``drop_last``, a last batch that does not divide is completed from the first. On the last
+    batch ``remainder`` is the number of real samples in it, which ``gather_for_metrics`` keeps.
+    ``drops_last`` is the given loader's ``drop_last``, for a loader built from its batch
+    sampler (whose own ``drop_last`` torch leaves ``False``).
+    """
+
+    def __init__(
+        self,
+        *args: Any,
+        rank: int = 0,
+        num_processes: int = 1,
+        split_batches: bool = False,
+        drops_last: bool | None = None,
+        **kwargs: Any,
+    ) -> None:
+        super().__init__(*args, **kwargs)
+        self.rank = rank
+        self.num_processes = num_processes
+        self.split_batches = split_batches
+        self.drops_last: bool = self.drop_last if drops_last is None else drops_last
+
+    def __len__(self) -> int:
+        whole = super().__len__()
+        if self.split_batches:
+            return whole
+        if self.drops_last:
+            return whole // self.num_processes
+        return math.ceil(whole / self.num_processes)
+
+    def _opening_remainder(self) -> int:
+        return -1  # known once the last global batch is read
+
+    def _stream(self) -> Iterator[tuple[Any, bool]]:
+        batches = DataLoader.__iter__(self)
+        device = self.device
+        slices: Iterator[DispatchedBatch] = dispatched_batches(
+            batches,
+            rank=self.rank,
+            num_processes=self.num_processes,
+            split_batches=self.split_batches,
+            drop_last=self.drops_last,
+            device=device if device is not None else "cpu",
+            to_device=lambda batch: (
+                move_to_device(batch, device, self.non_blocking) if device is not None else batch
+            ),
+        )
+        for piece in slices:
+            if piece.last:
+                self.remainder = piece.observed
+            yield piece.batch, piece.last
+
+    def _settings(self) -> dict[str, Any]:
+        return {
+            **super()._settings(),
+            "rank": self.rank,
+            "num_processes": self.num_processes,
+            "split_batches": self.split_batches,
+            "drops_last": self.drops_last,
+        }
 
 
 def _synchronize(generator: Any) -> None:
@@ -451,22 +570,20 @@ def prepare_data_loader(
     every process gets as many full batches (unless ``drop_last``), and a shuffling sampler gets
     a generator seeded from torch's global generator, equal on every process at each pass.
     ``split_batches`` cuts each batch across the processes instead; ``use_seedable_sampler``
-    shuffles with a :class:`SeedableRandomSampler`. Loaders over an ``IterableDataset`` are
-    returned unchanged, with a warning when distributed (they cannot be sharded by index).
-    ``progress`` tracks the loaders being iterated.
+    shuffles with a :class:`SeedableRandomSampler`. With ``dispatch_batches`` (by default for an
+    ``IterableDataset`` only) the main process reads the loader and sends each process its
+    slice (:class:`DispatchingDataLoader`); an ``IterableDataset`` without it is read whole by
+    every process, which keeps its share (:class:`IterableShard`). ``progress`` tracks the
+    loaders being iterated.
     """
     config = config if config is not None else DataLoaderConfiguration()
     config.check()  # fields set after construction (accelerator.dataloader_config.x = ...)
     device = None if state.device_type == "cpu" else state.device
-    if isinstance(loader.dataset, IterableDataset):
-        if state.distributed:
-            message = (
-                "prepare: a DataLoader over an IterableDataset is not sharded; every process "
-                "reads the whole stream unless the dataset splits itself by rank"
-            )
-            state.record("accelerator", message, applied=False)
-            warnings.warn(message, stacklevel=3)
-        return loader
+    iterable = isinstance(loader.dataset, IterableDataset)
+    # Accelerate's default: an iterable dataset is read on the main process and dispatched.
+    dispatch = config.dispatch_batches if config.dispatch_batches is not None else iterable
+    if iterable:
+        return _prepare_stream(loader, state, progress, config, dispatch=dispatch, device=device)
     kwargs = _copied_kwargs(loader)
     kwargs["non_blocking"] = config.non_blocking
     batch_sampler = loader.batch_sampler
@@ -481,6 +598,28 @@ def prepare_data_loader(
             data_seed=config.data_seed,
         )
         batch_sampler.sampler = sampler  # as Accelerate's set_sampler does
+    if dispatch:
+        _check_split(config, size, state)
+        kwargs.pop("generator", None)  # the pass's base seed comes from torch's generator
+        state.record(
+            "accelerator",
+            f"data loader dispatched from the main process to {state.world_size} process(es) "
+            f"({'each batch split' if config.split_batches else 'batches joined and split'})",
+        )
+        return DispatchingDataLoader(
+            loader.dataset,
+            batch_sampler=batch_sampler,
+            device=device,
+            progress=progress,
+            total_batch_size=size
+            if config.split_batches or size is None
+            else size * state.world_size,
+            rank=state.rank,
+            num_processes=state.world_size,
+            split_batches=config.split_batches,
+            drops_last=loader.drop_last,
+            **kwargs,
+        )
     if not state.distributed:
         return PreparedDataLoader(
             loader.dataset,
@@ -498,14 +637,7 @@ def prepare_data_loader(
             "attributes, or shard it yourself and do not pass it to prepare()"
         )
     split = config.split_batches
-    if split and size > 1 and size % state.world_size != 0:
-        raise ConfigError(
-            "dataloader_config",
-            "split_batches",
-            True,
-            f"a DataLoader batch size that is a multiple of the {state.world_size} processes "
-            f"(got batch_size={size}); or split_batches=False",
-        )
+    _check_split(config, size, state)
     synchronized = None
     shuffles = isinstance(sampler, RandomSampler)
     if shuffles and not config.use_seedable_sampler:
@@ -543,14 +675,118 @@ def prepare_data_loader(
     )
 
 
-# What prepare() gave a loader besides torch's own arguments, carried over to its skipping copy.
-_PREPARED_SETTINGS = (
-    "device",
-    "progress",
-    "total_batch_size",
-    "synchronized_generator",
-    "non_blocking",
-)
+def _check_split(config: DataLoaderConfiguration, size: Any, state: AcceleratorState) -> None:
+    """Refuse ``split_batches`` for a batch size the processes cannot share equally."""
+    if not config.split_batches or state.world_size == 1:
+        return
+    if not isinstance(size, int):
+        raise ConfigError(
+            "dataloader_config",
+            "split_batches",
+            True,
+            "a DataLoader (or batch sampler) with an int batch_size to split; or "
+            "split_batches=False",
+        )
+    if size > 1 and size % state.world_size != 0:
+        raise ConfigError(
+            "dataloader_config",
+            "split_batches",
+            True,
+            f"a DataLoader batch size that is a multiple of the {state.world_size} processes "
+            f"(got batch_size={size}); or split_batches=False",
+        )
+
+
+def _prepare_stream(
+    loader: Any,
+    state: AcceleratorState,
+    progress: LoaderProgress | None,
+    config: DataLoaderConfiguration,
+    *,
+    dispatch: bool,
+    device: Any,
+) -> PreparedDataLoader:
+    """A loader over an ``IterableDataset`` prepared as Accelerate prepares it.
+
+    Dispatched: the main process reads batches of the loader's batch size and sends each
+    process its slice. Otherwise, on several processes, every process reads the stream through
+    an :class:`IterableShard` and keeps its part of each global batch; on one, the stream as
+    it is. Either way batches land on the device and the loader reports to ``progress``.
+    """
+    size = loader.batch_size
+    if size is None:
+        raise AccelkwError(
+            "prepare: a DataLoader over an IterableDataset needs a batch_size to share its "
+            "batches between processes (got batch_size=None); batch the samples through the "
+            "DataLoader, not inside the dataset"
+        )
+    _check_split(config, size, state)
+    n, split = state.world_size, config.split_batches
+    kwargs = _copied_kwargs(loader)
+    kwargs["non_blocking"] = config.non_blocking
+    settings: dict[str, Any] = {
+        "device": device,
+        "progress": progress,
+        "total_batch_size": size if split else size * n,
+        "drop_last": loader.drop_last,
+    }
+    if dispatch:
+        kwargs.pop("generator", None)  # the pass's base seed comes from torch's generator
+        state.record(
+            "accelerator",
+            f"stream data loader dispatched from the main process to {n} process(es) "
+            f"({'each batch split' if split else f'{n} batches of {size} joined and split'})",
+        )
+        return DispatchingDataLoader(
+            loader.dataset,
+            batch_size=size,
+            rank=state.rank,
+            num_processes=n,
+            split_batches=split,
+            **settings,
+            **kwargs,
+        )
+    if not state.distributed:
+        return PreparedDataLoader(loader.dataset, batch_size=size, **settings, **kwargs)
+    generator = getattr(loader.dataset, "generator", None)
+    shard = IterableShard(
+        loader.dataset,
+        batch_size=size,
+        drop_last=loader.drop_last,
+        num_processes=n,
+        process_index=state.rank,
+        split_batches=split,
+    )
+    state.record(
+        "accelerator",
+        f"stream data loader sharded over {n} processes (every process reads the stream and "
+        f"keeps its {'slice of each batch' if split else 'batch of each round'})",
+    )
+    return PreparedDataLoader(
+        shard,
+        batch_size=size // n if split else size,
+        synchronized_generator=generator if isinstance(generator, torch.Generator) else None,
+        **settings,
+        **kwargs,
+    )
+
+
+class SkippingDataLoader(DataLoader[Any]):
+    """A plain ``DataLoader`` over an ``IterableDataset`` that drops each pass's first batches.
+
+    What :func:`skip_first_batches` gives for a loader ``prepare`` did not make (Accelerate's
+    ``SkipDataLoader``): a stream cannot seek, so the batches are read and dropped.
+    """
+
+    def __init__(self, *args: Any, skip_batches: int = 0, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.skip_batches = skip_batches
+
+    def __iter__(self) -> Iterator[Any]:  # type: ignore[override]
+        return itertools.islice(super().__iter__(), self.skip_batches, None)
+
+    def __len__(self) -> int:
+        return max(super().__len__() - self.skip_batches, 0)
 
 
 def skip_first_batches(dataloader: Any, num_batches: int = 0) -> Any:
@@ -558,22 +794,50 @@ def skip_first_batches(dataloader: Any, num_batches: int = 0) -> Any:
 
     For a prepared loader, the new one keeps its device, its place in the epochs and its
     synchronised shuffling (Accelerate's ``skip_first_batches``); for a plain ``DataLoader``, a
-    plain ``DataLoader`` over the same dataset.
+    plain ``DataLoader`` over the same dataset. A loader that has no batch sampler to skip in
+    (over an ``IterableDataset``) or that dispatches its batches reads the skipped batches and
+    drops them.
     """
     if isinstance(num_batches, bool) or not isinstance(num_batches, int) or num_batches < 0:
         raise ConfigError("skip_first_batches", "num_batches", num_batches, "an int >= 0")
-    if isinstance(dataloader.dataset, IterableDataset):
-        raise AccelkwError(
-            "skip_first_batches: the DataLoader reads an IterableDataset, which has no batch "
-            "sampler to skip in; skip the batches while iterating (itertools.islice)"
-        )
     kwargs = _copied_kwargs(dataloader)
-    skipping = SkipBatchSampler(dataloader.batch_sampler, skip_batches=num_batches)
+    stream = isinstance(dataloader.dataset, IterableDataset)
     if not isinstance(dataloader, PreparedDataLoader):
+        if stream:
+            return SkippingDataLoader(
+                dataloader.dataset,
+                batch_size=dataloader.batch_size,
+                drop_last=dataloader.drop_last,
+                skip_batches=num_batches,
+                **kwargs,
+            )
+        skipping = SkipBatchSampler(dataloader.batch_sampler, skip_batches=num_batches)
         return DataLoader(dataloader.dataset, batch_sampler=skipping, **kwargs)
     # The skipping loader is prepared as the original was: same device, shared progress.
-    prepared = {name: getattr(dataloader, name) for name in _PREPARED_SETTINGS}
-    skipped = PreparedDataLoader(dataloader.dataset, batch_sampler=skipping, **prepared, **kwargs)
+    skipped: PreparedDataLoader
+    if stream:
+        skipped = type(dataloader)(
+            dataloader.dataset,
+            batch_size=dataloader.batch_size,
+            drop_last=dataloader.drop_last,
+            skip_batches=num_batches,
+            **dataloader._settings(),
+            **kwargs,
+        )
+    elif isinstance(dataloader, DispatchingDataLoader):
+        # One batch of this loader is several of its batch sampler's: count what it yields.
+        skipped = DispatchingDataLoader(
+            dataloader.dataset,
+            batch_sampler=dataloader.batch_sampler,
+            skip_batches=num_batches,
+            **dataloader._settings(),
+            **kwargs,
+        )
+    else:
+        skipping = SkipBatchSampler(dataloader.batch_sampler, skip_batches=num_batches)
+        skipped = PreparedDataLoader(
+            dataloader.dataset, batch_sampler=skipping, **dataloader._settings(), **kwargs
+        )
     skipped.epoch = dataloader.epoch
     # The copy iterates for the prepared loader, which the checkpoint records: it takes over a
     # pass to replay, and reports its position and its epochs to that loader.

@@ -1,9 +1,9 @@
 """``DataLoaderConfiguration``: how ``Accelerator.prepare`` shards data loaders (Accelerate's class).
 
 Every field is Accelerate 1.15's, with its default. Each is either carried out by the runtime
-(``split_batches``, ``even_batches``, ``use_seedable_sampler``, ``data_seed``, ``non_blocking``)
-or refused when set to what the runtime cannot do (``dispatch_batches=True``,
-``use_stateful_dataloader=True``), with the reason, rather than silently ignored.
+(``split_batches``, ``dispatch_batches``, ``even_batches``, ``use_seedable_sampler``,
+``data_seed``, ``non_blocking``) or refused when set to what the runtime cannot do
+(``use_stateful_dataloader=True``), with the reason, rather than silently ignored.
 """
 
 from __future__ import annotations
@@ -20,10 +20,6 @@ _NAME = "dataloader_config"
 
 # Settings accelkw refuses, with why: a value that cannot take effect is an error, not a no-op.
 _REFUSED = {
-    "dispatch_batches": (
-        "None or False: accelkw shards every loader by index on each process and does not "
-        "iterate on the main process to broadcast the batches (see docs/migrating.md)"
-    ),
     "use_stateful_dataloader": (
         "False: torchdata's StatefulDataLoader is not supported; save_state keeps a prepared "
         "loader's epoch and shuffling generator instead"
@@ -38,10 +34,14 @@ class DataLoaderConfiguration:
     - ``split_batches``: each batch the loader yields is split across the processes (its batch
       size must then be a multiple of the number of processes); by default each process gets
       whole batches, so the batch size per step is ``batch_size * num_processes``.
-    - ``dispatch_batches``: only ``None``/``False`` (every process reads its own share).
+    - ``dispatch_batches``: the main process reads the loader and sends each process its slice
+      of every batch; ``None`` (the default) means ``True`` for a loader over an
+      ``IterableDataset`` and ``False`` otherwise, where every process reads its own share.
     - ``even_batches``: complete the last round with samples from the start so every process
       gets as many batches of the same size (``False``: the last batches are left short and
-      some processes may get one batch fewer).
+      some processes may get one batch fewer). Map-style loaders read by every process only,
+      as in Accelerate: a stream, or a dispatched loader, always completes its last batch
+      unless ``drop_last``.
     - ``use_seedable_sampler``: a shuffling loader draws each epoch's order from a generator
       seeded with ``data_seed`` (else torch's initial seed) plus the epoch.
     - ``non_blocking``: batches are moved to the device with ``non_blocking=True``.

@@ -7,12 +7,13 @@
 from __future__ import annotations
 
 import time
+from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any, TypeVar
 
 from accelkw_core.contract.handler import KwargsHandler
 from accelkw_core.contract.plan import Plan
-from accelkw_core.contract.points import ExtensionPoint
-from accelkw_core.errors import AccelkwError
+from accelkw_core.contract.points import ExtensionPoint, point_conflicts
+from accelkw_core.errors import AccelkwError, Contributor, PointConflictError
 from accelkw_core.runtime.gaps import gaps_of_run, live_capabilities
 
 if TYPE_CHECKING:
@@ -20,7 +21,7 @@ if TYPE_CHECKING:
     from accelkw_core.discovery.registry import Registry
     from accelkw_core.runtime.state import AcceleratorState
 
-__all__ = ["HandlerPlan", "override_values", "plan_handler", "plan_run"]
+__all__ = ["HandlerPlan", "override_values", "plan_conflicts", "plan_handler", "plan_run"]
 
 T = TypeVar("T")
 
@@ -80,6 +81,30 @@ def plan_run(
     capabilities = live_capabilities(state, provided)
     gaps = gaps_of_run(state, capabilities, registry, settings.disabled)
     return plans, gaps
+
+
+def plan_conflicts(
+    plans: Sequence[HandlerPlan], who: Mapping[str, tuple[str | None, str | None]]
+) -> list[PointConflictError]:
+    """The point conflicts the plans would meet when carried out, one error each, naming every
+    contributor; ``who`` maps a handler to its ``(distribution, origin)``.
+
+    ``accelkw plan``, ``config check`` and ``plugins list --strict`` report these before a run,
+    and a run that meets one raises the same error (:func:`~.composition.compose`).
+    """
+    steps = [
+        (hp.name, step.point, step.key)
+        for hp in plans
+        if hp.plan is not None
+        for step in hp.plan.steps
+        if step.point is not None
+    ]
+    return [
+        PointConflictError.of(
+            point, [Contributor(h, *who.get(h, (None, None))) for h in handlers], key
+        )
+        for point, key, handlers in point_conflicts(steps)
+    ]
 
 
 def override_values(

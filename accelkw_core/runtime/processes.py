@@ -8,14 +8,15 @@ semantics for the ``Accelerator`` methods of the same purpose. :class:`Processes
 
 from __future__ import annotations
 
-import enum
 import functools
+import warnings
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from typing import TYPE_CHECKING, Any
 
 from accelkw_core.errors import ConfigError
 from accelkw_core.runtime import collectives as ops
+from accelkw_core.runtime.kinds import DistributedType, distributed_type
 
 if TYPE_CHECKING:
     from accelkw_core.runtime.state import AcceleratorState
@@ -28,45 +29,6 @@ __all__ = [
     "on_process",
     "split_inputs",
 ]
-
-
-class DistributedType(str, enum.Enum):
-    """The kind of run (Accelerate's ``DistributedType``; members and values are Accelerate's).
-
-    accelkw reports ``NO`` (one process), ``MULTI_CPU`` or ``MULTI_GPU`` by itself; a plugin that
-    changes the kind of run (sharded data parallel) contributes its member to the ``attribute``
-    point under the key ``"distributed_type"``.
-    """
-
-    NO = "NO"
-    MULTI_CPU = "MULTI_CPU"
-    MULTI_GPU = "MULTI_GPU"
-    MULTI_NPU = "MULTI_NPU"
-    MULTI_MLU = "MULTI_MLU"
-    MULTI_SDAA = "MULTI_SDAA"
-    MULTI_MUSA = "MULTI_MUSA"
-    MULTI_XPU = "MULTI_XPU"
-    DEEPSPEED = "DEEPSPEED"
-    FSDP = "FSDP"
-    XLA = "XLA"
-    MEGATRON_LM = "MEGATRON_LM"
-    MULTI_HPU = "MULTI_HPU"
-    MULTI_NEURON = "MULTI_NEURON"
-
-
-def distributed_type(state: AcceleratorState) -> DistributedType:
-    """``NO`` for one process, else ``MULTI_GPU`` on CUDA, ``MULTI_<DEVICE>`` otherwise.
-
-    A contribution to the ``attribute`` point keyed ``"distributed_type"`` wins.
-    """
-    contributed = state.keyed("attribute").get("distributed_type")
-    if contributed is not None:
-        return DistributedType(contributed)
-    if not state.distributed:
-        return DistributedType.NO
-    if state.device_type == "cuda":
-        return DistributedType.MULTI_GPU
-    return DistributedType(f"MULTI_{state.device_type.upper()}")
 
 
 @contextmanager
@@ -227,6 +189,72 @@ class Processes:
     ) -> Callable[..., Any]:
         """``function`` made to run on each machine's local main process only."""
         return on_process(function, lambda: self.state.local_rank == 0, "on_local_main_process")
+
+    def on_process(
+        self, function: Callable[..., Any] | None, process_index: int | None, local: bool
+    ) -> Callable[..., Any]:
+        """``function`` made to run on the process of that (local with ``local``) index only.
+
+        With ``function`` ``None`` and an index, the decorator for that index
+        (``@accelerator.on_process(process_index=1)``).
+        """
+        what = "on_local_process" if local else "on_process"
+        if function is None and process_index is not None:
+            return lambda fn: self.on_process(fn, process_index, local)
+        field = "local_process_index" if local else "process_index"
+        if process_index is None:
+            raise ConfigError(
+                "accelerator", field, None, f"the index of the process to run on ({what})"
+            )
+
+        def chosen() -> bool:
+            return (self.state.local_rank if local else self.state.rank) == process_index
+
+        return on_process(function, chosen, what)
+
+    def on_last_process(self, function: Callable[..., Any] | None) -> Callable[..., Any]:
+        """``function`` made to run on the last process only (``None`` elsewhere)."""
+        return on_process(
+            function, lambda: self.state.rank == self.state.world_size - 1, "on_last_process"
+        )
+
+    @contextmanager
+    def join_uneven_inputs(
+        self, joinables: list[Any], even_batches: bool, loaders: list[Any]
+    ) -> Iterator[list[Any]]:
+        """The block under ``torch.distributed.algorithms.Join`` when batches may be uneven.
+
+        As in Accelerate, only on several accelerator devices (CUDA, ...): there
+        ``even_batches`` overrides the prepared ``loaders``' for the block, and Join is on
+        when batches are uneven. With one process the block runs as it is; on several CPU
+        processes too, with Accelerate's warning (its join is for accelerator devices only).
+        """
+        if not self.state.distributed or self.state.device_type == "cpu":
+            if self.state.distributed:
+                warnings.warn(
+                    "join_uneven_inputs has no effect on CPU processes (as in Accelerate, it "
+                    "joins uneven inputs on accelerator devices only)",
+                    # this generator, contextlib's __enter__, the caller's ``with`` line
+                    stacklevel=3,
+                )
+            yield joinables
+            return
+        from torch.distributed.algorithms.join import Join
+
+        shards: list[Any] = [
+            loader.batch_sampler
+            for loader in loaders
+            if hasattr(getattr(loader, "batch_sampler", None), "even_batches")
+        ]
+        before = [s.even_batches for s in shards]
+        for shard in shards:
+            shard.even_batches = even_batches
+        try:
+            with Join(joinables, enable=not even_batches, throw_on_early_termination=False):
+                yield joinables
+        finally:
+            for shard, value in zip(shards, before, strict=True):
+                shard.even_batches = value
 
     @contextmanager
     def split_between_processes(self, inputs: Any, apply_padding: bool = False) -> Iterator[Any]:

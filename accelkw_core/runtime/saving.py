@@ -12,31 +12,45 @@ import functools
 import logging
 import os
 import warnings
+from collections import OrderedDict
 from collections.abc import Callable
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from accelkw_core.contract.contributions import CheckpointExecutor
-from accelkw_core.contract.points import CHECKPOINT_EXECUTOR, MODEL_CHECKPOINT
+from accelkw_core.contract.points import CHECKPOINT_EXECUTOR, MODEL_CHECKPOINT, MODEL_STATE
 from accelkw_core.errors import (
     CheckpointError,
     CheckpointNotFoundError,
     CheckpointWarning,
     ConfigError,
 )
+from accelkw_core.runtime.checkpoints.agreement import agree, alone
 from accelkw_core.runtime.checkpoints.deferred import SaveJob
 from accelkw_core.runtime.checkpoints.durable import remove_tree
 from accelkw_core.runtime.checkpoints.layout import Checkpointed
-from accelkw_core.runtime.checkpoints.load import load_checkpoint
+from accelkw_core.runtime.checkpoints.load import LoadStateHook, load_checkpoint
+from accelkw_core.runtime.checkpoints.participants import (
+    JOIN_TIMEOUT_ENV,
+    Participation,
+    meet,
+)
 from accelkw_core.runtime.checkpoints.pretrained import save_pretrained
 from accelkw_core.runtime.checkpoints.project import (
     ProjectConfiguration,
     is_complete,
     numbered_checkpoints,
 )
-from accelkw_core.runtime.checkpoints.save import PendingSave, begin_save, model_state_dict
+from accelkw_core.runtime.checkpoints.save import (
+    PendingSave,
+    SaveStateHook,
+    begin_save,
+    model_state_dict,
+)
 
 if TYPE_CHECKING:
+    from torch.utils.hooks import RemovableHandle
+
     from accelkw_core.runtime.accumulation import GradientState
     from accelkw_core.runtime.prepared import Prepared
     from accelkw_core.runtime.state import AcceleratorState
@@ -44,6 +58,8 @@ if TYPE_CHECKING:
 __all__ = ["Checkpoints", "project_configuration"]
 
 logger = logging.getLogger("accelkw.checkpoint")
+
+H = TypeVar("H")
 
 
 def project_configuration(
@@ -58,6 +74,17 @@ def project_configuration(
     if project_dir is not None and config.project_dir is None:
         config.set_directories(project_dir)
     return config
+
+
+def _one_line(exc: BaseException) -> str:
+    text = str(exc).strip()
+    line = text.splitlines()[0] if text else ""
+    return f"{type(exc).__name__}: {line}" if line else type(exc).__name__
+
+
+def _warn_prune(message: str) -> None:
+    # Raised from save_state, or from the thread that commits a background save.
+    warnings.warn(f"save_state: {message}", CheckpointWarning, stacklevel=4)
 
 
 def _directory(value: Any, what: str) -> Path:
@@ -77,6 +104,16 @@ def _directory(value: Any, what: str) -> Path:
         ) from None
 
 
+def _registered(hooks: OrderedDict[int, H], hook: H, what: str) -> RemovableHandle:
+    if not callable(hook):
+        raise ConfigError("accelerator", what, hook, "a callable")
+    from torch.utils.hooks import RemovableHandle
+
+    handle = RemovableHandle(hooks)
+    hooks[handle.id] = hook
+    return handle
+
+
 class Checkpoints:
     """Saves and loads what ``prepared`` holds, with ``gradient_state``'s step, where
     ``project_configuration`` says."""
@@ -93,6 +130,18 @@ class Checkpoints:
         self.prepared = prepared
         #: ``Accelerator.project_configuration``.
         self.project_configuration = project_configuration
+        # Keyed by their handles' ids, as torch.utils.hooks.RemovableHandle removes them (it
+        # keeps a weak reference to the dict, which a plain dict cannot have).
+        self._save_hooks: OrderedDict[int, SaveStateHook] = OrderedDict()
+        self._load_hooks: OrderedDict[int, LoadStateHook] = OrderedDict()
+
+    def register_save_state_pre_hook(self, hook: SaveStateHook) -> RemovableHandle:
+        """Call ``hook(models, weights, output_dir)`` in every ``save_state``; its handle."""
+        return _registered(self._save_hooks, hook, "register_save_state_pre_hook")
+
+    def register_load_state_pre_hook(self, hook: LoadStateHook) -> RemovableHandle:
+        """Call ``hook(models, input_dir)`` in every ``load_state``; its handle."""
+        return _registered(self._load_hooks, hook, "register_load_state_pre_hook")
 
     def _next_checkpoint(self) -> Path:
         config = self.project_configuration
@@ -104,17 +153,37 @@ class Checkpoints:
         return parent / f"checkpoint_{config.iteration}"
 
     def _prune(self) -> None:
+        """Remove the checkpoints beyond ``total_limit``, oldest first; best effort.
+
+        The newest ``total_limit`` complete checkpoints are kept and every numbered folder
+        older than them is removed (one a removal cut short left incomplete included, so it is
+        tried again). A folder that cannot be removed is one warning naming it and is tried
+        again at the next save: the new checkpoint is saved whatever happens here, and nothing
+        is raised, so the processes (only the main one prunes) never part ways over it.
+        """
         limit = self.project_configuration.total_limit
         if limit is None:
             return
-        complete = [
-            path
-            for _, path in numbered_checkpoints(self.project_configuration.checkpoints_dir())
-            if is_complete(path)
-        ]
-        for old in complete[: max(0, len(complete) - limit)]:
+        try:
+            present = numbered_checkpoints(self.project_configuration.checkpoints_dir())
+            complete = [number for number, path in present if is_complete(path)]
+        except Exception as exc:
+            _warn_prune(f"could not list the checkpoints to prune ({_one_line(exc)})")
+            return
+        if len(complete) <= limit:
+            return
+        oldest_kept = complete[-limit]
+        for number, old in present:
+            if number >= oldest_kept:
+                break
             logger.info("total_limit=%d: removing %s", limit, old)
-            remove_tree(old)
+            try:
+                remove_tree(old)
+            except Exception as exc:
+                _warn_prune(
+                    f"total_limit={limit}: could not remove {old} ({_one_line(exc)}); "
+                    "it is tried again at the next save"
+                )
 
     def save_state(
         self, output_dir: Any = None, safe_serialization: bool = True, **save_model_func_kwargs: Any
@@ -128,7 +197,49 @@ class Checkpoints:
             folder = self._next_checkpoint()
         else:
             folder = _directory(output_dir, "output_dir")
-        folder = self._agreed_folder(folder)
+        # Before any collective: a save called on the main process only has no one to meet.
+        participation = meet(self.state)
+        if participation is Participation.LEFT_OUT:
+            warnings.warn(
+                f"save_state: the main process saved {folder} without this process (they "
+                f"reached save_state further apart than {JOIN_TIMEOUT_ENV} allows); this "
+                "process's random states are not in that checkpoint",
+                CheckpointWarning,
+                stacklevel=3,
+            )
+            config.iteration += 1
+            return folder
+        if participation is Participation.MAIN_ALONE:
+            notes = self._save_alone(folder, safe_serialization)
+        else:
+            folder = self._agreed_folder(folder)
+            notes = self._save(folder, safe_serialization)
+        for note in notes:
+            # this method, Accelerator.save_state, its caller
+            warnings.warn(f"save_state: {note}", CheckpointWarning, stacklevel=3)
+        config.iteration += 1
+        return folder
+
+    def _save_alone(self, folder: Path, safe_serialization: bool) -> list[str]:
+        """The main process's save while the others are elsewhere: written, committed, alone."""
+        if bool(self.state.values(MODEL_STATE)) or bool(self.state.values(MODEL_CHECKPOINT)):
+            raise CheckpointError(
+                folder,
+                "cannot be saved by the main process alone: the model's state is sharded "
+                "across the processes, so every process must call save_state; nothing was "
+                "written",
+            )
+        logger.info("saving the run's state to %s from the main process alone", folder)
+        with alone():
+            # Its earlier background saves, every process's, finish on their own group; waiting
+            # for them is agreed with nobody, since the other processes are not in this call.
+            self.wait_for_checkpoints()
+            return self._save(folder, safe_serialization, lone=True)
+
+    def _save(self, folder: Path, safe_serialization: bool, *, lone: bool = False) -> list[str]:
+        """Save into ``folder``; the notes for warnings. ``lone``: the main process alone,
+        committed before it returns (no background writer, no barrier)."""
+        config = self.project_configuration
         what = self.checkpointed()
         weights = (
             []
@@ -144,23 +255,21 @@ class Checkpoints:
             weights,
             safe_serialization=safe_serialization,
             save_on_each_node=config.save_on_each_node,
+            hooks=list(self._save_hooks.values()),
         )
-        executors = self.state.values(CHECKPOINT_EXECUTOR)
+        executors = [] if lone else self.state.values(CHECKPOINT_EXECUTOR)
         if executors:
             notes = self._submit(executors[0], folder, functools.partial(begin, staged=True))
         else:
             pending = begin()
             pending.complete()
             notes = pending.notes
-        for note in notes:
-            # this method, Accelerator.save_state, its caller
-            warnings.warn(f"save_state: {note}", CheckpointWarning, stacklevel=3)
         if config.automatic_checkpoint_naming and not executors:
             if self.state.is_main_process:
                 self._prune()
-            self._barrier()
-        config.iteration += 1
-        return folder
+            if not lone:
+                self._barrier()
+        return notes
 
     def _submit(
         self, executor: CheckpointExecutor, folder: Path, begin: Callable[..., PendingSave]
@@ -178,18 +287,40 @@ class Checkpoints:
         return job.notes
 
     def wait_for_checkpoints(self) -> None:
-        """Wait for the ``checkpoint_executor``'s pending saves; raises a failed one's error."""
-        for executor in self.state.values(CHECKPOINT_EXECUTOR):
-            executor.wait()
+        """Wait for the ``checkpoint_executor``'s pending saves; raises a failed one's error.
 
-    def _agreed_folder(self, folder: Path) -> Path:
-        # Every process must write into the folder the main process chose (automatic naming
-        # reads the file system, which another process may already have changed).
+        Every process calls it (it is part of ``load_state``, ``wait_for_everyone`` and
+        ``end_training``): the processes agree on the outcome before any raises, so all raise
+        (this process's own error, else the first failed process's) or none does. Ctrl-C while
+        waiting is raised at once, as it is, and the save goes on.
+        """
+        executors = self.state.values(CHECKPOINT_EXECUTOR)
+        if not executors:
+            return
+        error: Exception | None = None
+        try:
+            for executor in executors:
+                executor.wait()
+        except Exception as exc:
+            error = exc
+        agree(self.state, error)
+
+    def _agreed_folder(self, folder: Path, missing: CheckpointNotFoundError | None = None) -> Path:
+        """The folder the main process chose; raised on every process when it found none.
+
+        Every process must use the folder the main process chose (automatic naming reads the
+        file system, which another process may already have changed).
+        """
         from accelkw_core.runtime import collectives as ops
 
         if self.state.distributed and ops.has_group():
-            chosen = ops.gather_objects([str(folder)], self.state)[0]
+            mine = (str(folder), None if missing is None else missing.problem)
+            chosen, problem = ops.gather_objects([mine], self.state)[0]
+            if problem is not None:
+                raise missing or CheckpointNotFoundError(chosen, problem)
             return Path(chosen)
+        if missing is not None:
+            raise missing
         return folder
 
     def _barrier(self) -> None:
@@ -210,10 +341,16 @@ class Checkpoints:
         caller to set.
         """
         self.wait_for_checkpoints()
+        missing: CheckpointNotFoundError | None = None
         if input_dir is not None:
             folder = _directory(input_dir, "input_dir")
         elif self.project_configuration.automatic_checkpoint_naming:
-            folder = self._newest_complete()
+            try:
+                folder = self._newest_complete()
+            except CheckpointNotFoundError as exc:
+                # The main process's finding decides (the others load what it chose), and
+                # every process raises it.
+                folder, missing = exc.path, exc
         else:
             raise ConfigError(
                 "accelerator",
@@ -222,7 +359,7 @@ class Checkpoints:
                 "a checkpoint folder (or ProjectConfiguration(automatic_checkpoint_naming=True) "
                 "to load the newest)",
             )
-        folder = self._agreed_folder(folder)
+        folder = self._agreed_folder(folder, missing)
         logger.info("loading the run's state from %s", folder)
         return load_checkpoint(
             self.state,
@@ -230,6 +367,7 @@ class Checkpoints:
             self.checkpointed(),
             load_kwargs=load_kwargs,
             model_kwargs=load_model_func_kwargs,
+            hooks=list(self._load_hooks.values()),
         )
 
     def _newest_complete(self) -> Path:

@@ -8,9 +8,9 @@ from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING, Any, Literal, ParamSpec, TypeVar, cast, overload
 
 from accelkw_core.contract.extension_point import Contribution
-from accelkw_core.contract.points import KEYED, ONE, POINTS, TEARDOWN, ExtensionPoint
-from accelkw_core.contract.state import Entries, LogEntry
-from accelkw_core.errors import ConfigError, PointConflictError
+from accelkw_core.contract.points import KEYED, POINTS, TEARDOWN, ExtensionPoint, single_slot
+from accelkw_core.contract.state import LogEntry, StatePoint
+from accelkw_core.errors import ConfigError, Contributor, PointConflictError
 from accelkw_core.facts.environment import env_int
 from accelkw_core.facts.precision import MIXED_PRECISION_MODES
 
@@ -19,7 +19,7 @@ if TYPE_CHECKING:
 
     from accelkw_core.contract.handler import KwargsHandler
 
-__all__ = ["MIXED_PRECISION_MODES", "AcceleratorState"]
+__all__ = ["MIXED_PRECISION_MODES", "AcceleratorState", "current_state", "make_current"]
 
 
 Teardown = Callable[[], None]
@@ -142,6 +142,16 @@ class AcceleratorState:
 
         return agree(flag, self, how)
 
+    def agree_value(
+        self, value: float, *, op: Literal["sum", "mean", "max", "min"] = "mean"
+    ) -> float:
+        """``value`` combined over every process by ``op``: the same number on every rank
+        (``"mean"``: the average, ``"sum"``, ``"max"``, ``"min"``). Every process calls it, as
+        often; with one, it is ``float(value)``."""
+        from accelkw_core.runtime.collectives import agree_value
+
+        return agree_value(value, self, op)
+
     def record(self, handler: str, message: str, *, applied: bool = True) -> None:
         """Log what ``handler`` did (``applied=True``) or why it did nothing.
 
@@ -174,7 +184,7 @@ class AcceleratorState:
         """The log lines recorded by ``handler``."""
         return [e.message for e in self.log if e.handler == handler]
 
-    def contribute(self, point: Entries[P], /, *args: P.args, **kwargs: P.kwargs) -> None:
+    def contribute(self, point: StatePoint[P], /, *args: P.args, **kwargs: P.kwargs) -> None:
         """``state.contribute(POINT, handler, value, key=None)``: add ``handler``'s ``value``
         to ``POINT``, checking its cardinality.
 
@@ -191,18 +201,18 @@ class AcceleratorState:
             )
         # The registered point makes the entry: the constant itself, or the one a name (the
         # deprecated, untyped form) names; the arguments were typed against that point.
-        made = cast("Entries[P]", spec).entry(*args, **kwargs)
+        made = cast("StatePoint[P]", spec).entry(*args, **kwargs)
         entries = self._points.setdefault(spec.name, [])
         # A point of cardinality one takes one contribution, whatever key it was given: the
         # runtime reads one value, so a second would be silently ignored.
-        for other in entries:
-            if spec.cardinality == ONE or (spec.cardinality == KEYED and other.key == made.key):
-                raise PointConflictError(
-                    spec.name,
-                    (other.handler, self.distributions.get(other.handler)),
-                    (made.handler, self.distributions.get(made.handler)),
-                    made.key,
-                )
+        mine = single_slot(spec, made.handler, made.key)
+        clash = [o for o in entries if mine and single_slot(spec, o.handler, o.key) == mine]
+        if clash:
+            raise PointConflictError.of(
+                spec.name,
+                [Contributor(c.handler, self.distributions.get(c.handler)) for c in (*clash, made)],
+                made.key if spec.cardinality == KEYED else None,
+            )
         entries.append(made)
         self.version += 1
 
@@ -245,9 +255,12 @@ class AcceleratorState:
     def run_teardowns(self) -> list[tuple[str, BaseException]]:
         """Run every teardown in reverse order, once; return the ones that raised.
 
-        A failing teardown never stops the others: each is tried, and its error returned.
+        A failing teardown never stops the others: each is tried, and its error returned. An
+        interruption (Ctrl-C) in one does not stop the others either: it is raised once every
+        teardown has run.
         """
         failures: list[tuple[str, BaseException]] = []
+        interrupted: BaseException | None = None
         stack = self._points.get(TEARDOWN.name, [])
         while stack:
             name, fn, _ = stack.pop()
@@ -258,6 +271,10 @@ class AcceleratorState:
             except Exception as exc:
                 failures.append((name, exc))
                 self.record(name, f"teardown failed: {type(exc).__name__}: {exc}", applied=False)
+            except BaseException as exc:
+                interrupted = interrupted or exc
+        if interrupted is not None:
+            raise interrupted
         return failures
 
     def reset_points(self) -> None:
@@ -282,6 +299,75 @@ class AcceleratorState:
     def summary(self) -> list[str]:
         """The log as printable lines."""
         return [str(e) for e in self.log]
+
+    # -- Accelerate's names for the facts (``accelerator.state.num_processes``, ...) -------------
+
+    @property
+    def num_processes(self) -> int:
+        return self.world_size
+
+    @property
+    def process_index(self) -> int:
+        return self.rank
+
+    @property
+    def local_process_index(self) -> int:
+        return self.local_rank
+
+    @property
+    def is_local_main_process(self) -> bool:
+        return self.local_rank == 0
+
+    @property
+    def is_last_process(self) -> bool:
+        return self.rank == self.world_size - 1
+
+    @property
+    def deepspeed_plugin(self) -> None:
+        """Always ``None``: accelkw runs no DeepSpeed (scripts test it to pick their code path)."""
+        return None
+
+    @property
+    def backend(self) -> str | None:
+        """The process group's backend (``"gloo"``, ``"nccl"``) once one is up, else ``None``."""
+        import torch.distributed as dist
+
+        if self.distributed and dist.is_available() and dist.is_initialized():
+            return str(dist.get_backend())
+        return None
+
+    def __str__(self) -> str:
+        # Accelerate's description of the run, line for line, so logs read the same.
+        from accelkw_core.runtime.kinds import distributed_type
+
+        backend = self.backend
+        # Accelerate's device of a multi-process CPU run is ``cpu:0`` (the index of the one CPU
+        # device); accelkw's is ``cpu``, the same device. The description reads as Accelerate's.
+        device = "cpu:0" if self.distributed and self.device_type == "cpu" else self.device
+        return (
+            f"Distributed environment: {distributed_type(self)}"
+            f"{('  Backend: ' + backend) if backend else ''}\n"
+            f"Num processes: {self.world_size}\n"
+            f"Process index: {self.rank}\n"
+            f"Local process index: {self.local_rank}\n"
+            f"Device: {device}\n"
+            f"\nMixed precision type: {self.mixed_precision}\n"
+        )
+
+
+# The state of the newest Accelerator of this process: what Accelerate's shared-state
+# singletons (``AcceleratorState()``, ``PartialState()``) read once an Accelerator exists.
+_current: list[AcceleratorState] = []
+
+
+def make_current(state: AcceleratorState) -> None:
+    """Make ``state`` the process's current run (the ``Accelerator`` does, when it is built)."""
+    _current[:] = [state]
+
+
+def current_state() -> AcceleratorState | None:
+    """The state of the newest ``Accelerator`` of this process, ``None`` before the first."""
+    return _current[0] if _current else None
 
 
 def _detect_device(cpu: bool) -> str:

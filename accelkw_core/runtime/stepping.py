@@ -1,7 +1,7 @@
 """The training step: forward contexts, backward, gradient accumulation, clipping, the step chain.
 
 :class:`Stepping` is the ``Accelerator``'s collaborator for what happens between two batches:
-``autocast``, ``backward`` (through the ``loss`` and ``backward`` points), ``accumulate`` and
+``autocast``, ``backward`` (through the ``loss`` and ``around_backward`` points), ``accumulate`` and
 ``no_sync`` over the :class:`~accelkw_core.runtime.accumulation.GradientState`, and unscaling
 and clipping gradients. :func:`build_step` makes a prepared optimizer's ``step()`` one chain of
 the ``around_step`` and ``after_step`` contributions, built once per optimizer, so a step with no
@@ -18,8 +18,8 @@ from collections.abc import Callable, Iterable, Iterator, Sequence
 from contextlib import AbstractContextManager
 from typing import TYPE_CHECKING, Any
 
-from accelkw_core.contract.contributions import Backward, LossTransform
-from accelkw_core.contract.points import BACKWARD, FORWARD_CONTEXT, LOSS, NO_SYNC
+from accelkw_core.contract.contributions import AroundBackward, Backward, LossTransform
+from accelkw_core.contract.points import AROUND_BACKWARD, BACKWARD, FORWARD_CONTEXT, LOSS, NO_SYNC
 from accelkw_core.contract.step import AfterStep, AroundStep, StepContext
 from accelkw_core.runtime import clipping
 from accelkw_core.runtime.forward import forward_contexts
@@ -30,7 +30,7 @@ if TYPE_CHECKING:
     from accelkw_core.runtime.prepared import Prepared
     from accelkw_core.runtime.state import AcceleratorState
 
-__all__ = ["Stepping", "build_step"]
+__all__ = ["Stepping", "build_step", "run_backward"]
 
 
 class Stepping:
@@ -47,8 +47,10 @@ class Stepping:
         self.prepared = prepared
         # The hot paths read their points once per version of the state, not per call, each
         # with the version it was read at in one tuple (one attribute read and one comparison
-        # per call): backward's two points, and autocast's contexts as one factory.
-        self._backward: tuple[int, tuple[LossTransform, ...], tuple[Backward, ...]] = (-1, (), ())
+        # per call): backward's three points, and autocast's contexts as one factory.
+        self._backward: tuple[
+            int, tuple[LossTransform, ...], tuple[AroundBackward, ...], Backward | None
+        ] = (-1, (), (), None)
         self._forward: tuple[int, Callable[[], AbstractContextManager[Any]]] = (
             -1,
             contextlib.nullcontext,
@@ -110,12 +112,18 @@ class Stepping:
         version = self.state.version
         if points[0] != version:
             state = self.state
-            points = (version, tuple(state.values(LOSS)), tuple(state.values(BACKWARD)))
+            owner = state.values(BACKWARD)
+            points = (
+                version,
+                tuple(state.values(LOSS)),
+                tuple(state.values(AROUND_BACKWARD)),
+                owner[0] if owner else None,
+            )
             self._backward = points
         for transform in points[1]:
             loss = transform(loss)
-        if points[2]:
-            points[2][0](loss, **kwargs)
+        if points[2] or points[3] is not None:
+            run_backward(points[2], points[3], loss, kwargs)
         else:
             loss.backward(**kwargs)
 
@@ -210,3 +218,27 @@ def build_step(
         return result
 
     return with_after
+
+
+def run_backward(
+    arounds: Sequence[AroundBackward],
+    backward: Backward | None,
+    loss: Any,
+    kwargs: dict[str, Any],
+) -> None:
+    """Run ``loss``'s backward through the ``around_backward`` chain, the first outermost.
+
+    Each contribution gets the loss and ``proceed``; the innermost ``proceed(loss)`` runs the
+    deprecated ``backward`` contribution, if any, else ``loss.backward(**kwargs)``.
+    """
+
+    def at(index: int, value: Any) -> None:
+        if index == len(arounds):
+            if backward is None:
+                value.backward(**kwargs)
+            else:
+                backward(value, **kwargs)
+        else:
+            arounds[index](value, functools.partial(at, index + 1))
+
+    at(0, loss)

@@ -17,7 +17,9 @@ pytest then runs every ``test_*`` method below against the plugin: registration,
 discovery, no torch at import, planning without side effects, documented fields, explicit
 fields that survive ``handler.replace``/``copy``/``pickle`` (``dataclasses.replace`` marks
 every field explicit), teardowns that undo ``apply``, and contributions made only through the
-public extension points.
+public extension points. A handler may refuse (an ``AccelkwError``) some of the states the kit
+tries; one that refuses all of them fails the apply and teardown checks, which would otherwise
+check nothing, unless it sets ``refuses_everywhere = True``.
 
 A relative :attr:`HandlerContract.pyproject` is read from the folder of the test module that
 sets it, so the tests pass from any working directory (``pytest tests``, ``pytest .``, an IDE).
@@ -210,6 +212,12 @@ class HandlerContract:
     #: the class setting it (your test file), never to the working directory:
     #: ``"../pyproject.toml"`` from ``tests/test_x.py``.
     pyproject: ClassVar[str | os.PathLike[str] | None] = None
+    #: Whether the handler refuses (raises an ``AccelkwError`` from ``plan``/``apply``) on
+    #: every single-process state the kit tries, for :meth:`instances`: then the apply and
+    #: teardown checks have nothing to check, and they fail unless this says it is meant (a
+    #: handler that needs several processes or a GPU, tested by its own suite there). Set, it
+    #: is checked too: a handler that applies somewhere fails until the declaration goes.
+    refuses_everywhere: ClassVar[bool] = False
 
     def pyproject_path(self) -> Path | None:
         """:attr:`pyproject` resolved (see :func:`resolve_pyproject`); ``None`` when unset."""
@@ -334,6 +342,7 @@ class HandlerContract:
         assert _dist_initialized() == group_before, "plan() created or destroyed a process group"
 
     def test_apply_carries_out_the_plan_through_public_points(self) -> None:
+        refused: list[str] = []
         for handler in self.instances():
             for facts in _SINGLE:
                 state = make_state(**facts)
@@ -341,7 +350,8 @@ class HandlerContract:
                 known = _facts(state)
                 try:
                     plan = handler.plan(make_state(**facts))
-                except AccelkwError:
+                except AccelkwError as exc:
+                    refused.append(f"{handler!r} on {dict(facts)}: {exc}")
                     continue
                 before = self.process_state()
                 handler.apply(state)
@@ -358,19 +368,41 @@ class HandlerContract:
                 assert failures == []
                 # Checked here too: a setting left changed would hide from the next test.
                 self._assert_restored(before, handler, facts)
+        self._assert_refusals_declared(refused)
 
     def test_teardown_undoes_apply(self) -> None:
+        refused: list[str] = []
         for handler in self.instances():
             for facts in _SINGLE:
                 before = self.process_state()
                 state = make_state(**facts)
                 try:
                     handler.apply(state)
-                except AccelkwError:
+                except AccelkwError as exc:
+                    refused.append(f"{handler!r} on {dict(facts)}: {exc}")
                     continue
                 assert state.run_teardowns() == []
                 assert state.teardowns == []
                 self._assert_restored(before, handler, facts)
+        self._assert_refusals_declared(refused)
+
+    def _assert_refusals_declared(self, refused: Sequence[str]) -> None:
+        # Refusing some states is a handler's right; refusing all of them leaves the check
+        # above empty, so it passes only when the handler says that is what it does.
+        tried = len(self.instances()) * len(_SINGLE)
+        everywhere = len(refused) == tried
+        if everywhere and not self.refuses_everywhere:
+            raise AssertionError(
+                f"{self.handler_class.__name__} refused every state the kit tried, so nothing "
+                "was applied or undone: give `examples` that apply, or set "
+                "`refuses_everywhere = True` if that is what it does. Refusals:\n"
+                + "\n".join(refused)
+            )
+        if self.refuses_everywhere and not everywhere:
+            raise AssertionError(
+                f"{self.handler_class.__name__} declares `refuses_everywhere = True` but applied "
+                f"on {tried - len(refused)} of the {tried} states tried: remove the declaration"
+            )
 
     def _assert_restored(
         self, before: Mapping[str, Any], handler: KwargsHandler, facts: Mapping[str, Any]

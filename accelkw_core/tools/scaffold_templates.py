@@ -69,6 +69,12 @@ dependencies = ["$core_req", "torch>=2.1"]
 [project.entry-points.accelkw]
 $name = "$package.plugin"
 
+[tool.setuptools]
+# The root as the package folder, as the built-in plugins have it: `pip install -e` is then a
+# plain path entry (a .pth line), which mypy and other type checkers follow from any folder,
+# instead of an import hook they cannot see through (error: import-not-found).
+package-dir = { "" = "." }
+
 [tool.setuptools.packages.find]
 include = ["$package*"]
 

@@ -59,6 +59,12 @@ SCRIPTS = {
     "profiled": "--trace_dir,{out}/traces",
     "schedule_free_adamw": "",
     "tracked": "--with_tracking,--project_dir,{out}/tracked",
+    # Hugging Face's example-script patterns (transformers, peft) on tiny models from configs.
+    # clm_no_trainer checkpoints a GPT-2, whose lm_head is tied to its embedding: save_state of
+    # tied weights is issue 33's item 3.
+    "clm_no_trainer": "--output_dir,{out}/clm,--checkpointing_steps,5",
+    "glue_no_trainer": "--output_dir,{out}/glue,--with_tracking",
+    "lora_peft": "--output_dir,{out}/lora",
 }
 # Run after SCRIPTS, in order: checkpoint_resume resumed from the checkpoint it took at the end
 # of epoch 0, and from the one it took after step 5, in the middle of epoch 0 (on one process and

@@ -6,8 +6,10 @@ folders fsynced and committed by rename), :mod:`.lock` (one writer per folder),
 :mod:`.agreement` (the processes agreeing on each stage), :mod:`.random_states` (each process's
 generators and loaders' positions), :mod:`.save` and :mod:`.load` (the two protocols),
 :mod:`.project` (``ProjectConfiguration`` and automatic naming), :mod:`.pretrained`
-(``save_model``'s files), :mod:`.staging` (a save's state copied for a background write) and
-:mod:`.deferred` (the ``SaveJob`` a checkpoint executor runs).
+(``save_model``'s files), :mod:`.aliases` (tied weights in a safetensors file),
+:mod:`.participants` (whether every process or the main one alone is saving), :mod:`.staging`
+(a save's state copied for a background write) and :mod:`.deferred` (the ``SaveJob`` a
+checkpoint executor runs).
 """
 
 from accelkw_core.errors import CheckpointLockedError

@@ -9,6 +9,9 @@ group of its own, so its agreement never interleaves with the training's collect
 
 from __future__ import annotations
 
+import contextlib
+from collections.abc import Iterator
+from contextvars import ContextVar
 from typing import TYPE_CHECKING, Any
 
 from accelkw_core.errors import CheckpointError
@@ -16,13 +19,27 @@ from accelkw_core.errors import CheckpointError
 if TYPE_CHECKING:
     from accelkw_core.runtime.state import AcceleratorState
 
-__all__ = ["agree", "barrier", "exchange", "failures", "node_of", "raise_agreed"]
+__all__ = ["agree", "alone", "barrier", "exchange", "failures", "node_of", "raise_agreed"]
+
+
+#: Set while the main process saves alone (``participants``): its stages agree with no one.
+_ALONE: ContextVar[bool] = ContextVar("accelkw_save_alone", default=False)
+
+
+@contextlib.contextmanager
+def alone() -> Iterator[None]:
+    """Within it, on this thread, every agreement is this process's own (a lone save)."""
+    token = _ALONE.set(True)
+    try:
+        yield
+    finally:
+        _ALONE.reset(token)
 
 
 def _grouped(state: AcceleratorState) -> bool:
     from accelkw_core.runtime import collectives as ops
 
-    return state.distributed and ops.has_group()
+    return state.distributed and ops.has_group() and not _ALONE.get()
 
 
 def exchange(state: AcceleratorState, value: Any, group: Any = None) -> list[Any]:

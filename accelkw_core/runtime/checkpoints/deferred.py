@@ -13,10 +13,12 @@ same files, manifest and guarantees as a synchronous save.
 
 from __future__ import annotations
 
+import warnings
 from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from accelkw_core.errors import CheckpointWarning
 from accelkw_core.runtime.checkpoints.agreement import barrier
 
 if TYPE_CHECKING:
@@ -75,19 +77,25 @@ class SaveJob:
         """Write, sync, agree (on ``group``), commit, then run what follows a commit; once.
 
         A failure is a :class:`~accelkw_core.errors.CheckpointError` naming the file, raised on
-        every process; the checkpoint that was there is kept.
+        every process; the checkpoint that was there is kept. Once committed, the save
+        succeeded on every process: a failure of what follows is a warning.
         """
         pending, self._pending = self._pending, None
         if pending is None:
             raise RuntimeError(f"the save of {self.folder} was not staged, or already committed")
         folder = pending.complete(group)
-        failure: Exception | None = None
         if self._state.is_main_process:
             try:
                 self._after_commit()
-            except Exception as exc:  # raised after the barrier: the others never wait on it
-                failure = exc
+            except Exception as exc:
+                # The checkpoint is committed: it was saved, on every process. What follows
+                # (pruning old ones) is best effort, a warning on the main process only, so
+                # the processes never part ways over it.
+                warnings.warn(
+                    f"save_state: {folder} was saved, but what follows its commit failed "
+                    f"({type(exc).__name__}: {exc})",
+                    CheckpointWarning,
+                    stacklevel=2,
+                )
         barrier(self._state, group)
-        if failure is not None:
-            raise failure
         return folder

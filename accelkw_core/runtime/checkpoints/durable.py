@@ -15,10 +15,12 @@ from __future__ import annotations
 
 import contextlib
 import errno
+import functools
 import mmap
 import os
 import secrets
 import shutil
+import sys
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import BinaryIO, NamedTuple
@@ -35,6 +37,7 @@ __all__ = [
     "entry_of",
     "fsync_dir",
     "fsync_tree",
+    "keep_others",
     "mapped",
     "new_token",
     "open_new",
@@ -109,16 +112,27 @@ def open_new(path: Path) -> BinaryIO:
     return open(path, "wb")
 
 
+def is_full(exc: BaseException) -> bool:
+    """Whether ``exc`` says the disk is full (no space left, or the quota reached)."""
+    return isinstance(exc, OSError) and exc.errno in (errno.ENOSPC, errno.EDQUOT)
+
+
 def write_error(path: Path, exc: BaseException, doing: str = "written") -> CheckpointError:
-    """The one-line error for a failed write of ``path`` (a full disk says so in words)."""
+    """The one-line error for a failed write of ``path`` (a full disk says so in words).
+
+    Its ``__cause__`` is ``exc``, for an error kept to be raised later; raise it ``from exc``.
+    """
     if isinstance(exc, CheckpointError):
         return exc
-    if isinstance(exc, OSError) and exc.errno in (errno.ENOSPC, errno.EDQUOT):
+    if isinstance(exc, OSError) and is_full(exc):
         what = "no space left on the device" if exc.errno == errno.ENOSPC else "disk quota exceeded"
-        return CheckpointError(path, f"cannot be {doing}: {what}")
-    text = str(exc).strip().splitlines()
-    detail = f"{type(exc).__name__}: {text[0]}" if text else type(exc).__name__
-    return CheckpointError(path, f"cannot be {doing} ({detail})")
+        error = CheckpointError(path, f"cannot be {doing}: {what}")
+    else:
+        text = str(exc).strip().splitlines()
+        detail = f"{type(exc).__name__}: {text[0]}" if text else type(exc).__name__
+        error = CheckpointError(path, f"cannot be {doing} ({detail})")
+    error.__cause__ = exc
+    return error
 
 
 def aside_of(final: Path) -> Path:
@@ -149,7 +163,7 @@ def write_durably(path: Path, data: bytes | memoryview) -> FileEntry:
             fh.flush()
             os.fsync(fh.fileno())
     except OSError as exc:
-        raise write_error(path, exc) from None
+        raise write_error(path, exc) from exc
     return FileEntry(len(view), checksum(view))
 
 
@@ -172,7 +186,7 @@ def entry_of(path: Path) -> FileEntry:
         with mapped(path) as view:
             return FileEntry(len(view), checksum(view))
     except OSError as exc:
-        raise write_error(path, exc) from None
+        raise write_error(path, exc) from exc
 
 
 def fsync_tree(root: Path) -> None:
@@ -183,27 +197,110 @@ def fsync_tree(root: Path) -> None:
         fsync_dir(folder)
 
 
+def keep_others(previous: Path, new: Path, owned: Callable[[str], bool]) -> list[str]:
+    """Link into ``new`` every file of ``previous`` that ``owned`` does not claim; their names.
+
+    ``owned(name)`` (a path relative to the folder, ``/``-separated) says whether the previous
+    checkpoint wrote ``name``: those the commit replaces or drops. Every other file (a user's
+    ``best_model.pt``, ``notes.txt``, a folder of logs) is hard-linked into the new folder
+    before the commit, so the final name holds it at every instant, unchanged (the same file,
+    not a copy); where the file system refuses hard links it is copied and fsynced. A claimed
+    folder is skipped whole; an empty unclaimed one is made again. A file the new checkpoint
+    also writes is refused naming it, before the folder is changed: it is the user's, and
+    replacing it would lose it.
+    """
+    kept: list[str] = []
+    for dirpath, dirnames, filenames in os.walk(previous):
+        here = Path(dirpath)
+        base = here.relative_to(previous)
+        folders = []
+        for name in sorted(dirnames):
+            rel = (base / name).as_posix()
+            if owned(rel):
+                continue
+            if (here / name).is_symlink():
+                filenames.append(name)  # a link to a folder is kept as the link it is
+            else:
+                folders.append(name)
+        dirnames[:] = folders
+        if not dirnames and not filenames and base.parts and not owned(base.as_posix()):
+            _keep_one(here, new / base, base.as_posix(), folder=True)
+            kept.append(base.as_posix() + "/")
+        for name in sorted(filenames):
+            rel = (base / name).as_posix()
+            if not owned(rel):
+                _keep_one(here / name, new / rel, rel, folder=False)
+                kept.append(rel)
+    return kept
+
+
+def _keep_one(source: Path, target: Path, name: str, *, folder: bool) -> None:
+    if os.path.lexists(target) and not (folder and target.is_dir()):
+        raise CheckpointError(
+            source,
+            "is not part of the checkpoint saved there (its manifest does not list it), and "
+            f"the new checkpoint writes {name} too: move the file, or save into another "
+            "folder; nothing was changed",
+        )
+    try:
+        if folder:
+            target.mkdir(parents=True, exist_ok=True)
+            return
+        target.parent.mkdir(parents=True, exist_ok=True)
+        try:
+            os.link(source, target, follow_symlinks=False)
+        except OSError as exc:
+            if exc.errno not in (errno.EPERM, errno.EXDEV, errno.EMLINK, errno.ENOTSUP):
+                raise
+            shutil.copy2(source, target, follow_symlinks=False)
+            if not target.is_symlink():
+                with open(target, "rb+") as fh:
+                    os.fsync(fh.fileno())
+    except OSError as exc:
+        raise write_error(target, exc, "kept in the new checkpoint") from exc
+
+
+# renameat2's arguments (linux/fcntl.h, linux/fs.h): paths relative to the working folder, and
+# the flag that swaps two existing names.
+_AT_FDCWD = -100
+_RENAME_EXCHANGE = 2
+# What renameat2 answers where the swap is not to be had: a kernel or C library without the
+# call, or a file system without the flag. The fallback commit then renames in two steps.
+_NO_EXCHANGE = frozenset({errno.ENOSYS, errno.EINVAL, errno.EOPNOTSUPP})
+
+
+@functools.cache
+def _renameat2() -> Callable[..., int] | None:
+    """The C library's ``renameat2``, looked up once per process; ``None`` off Linux or where the
+    C library lacks it (glibc before 2.28, some others)."""
+    if not sys.platform.startswith("linux"):
+        return None
+    # Imported here: ctypes is only needed for a commit over an existing folder. CDLL(None) is
+    # the symbols the process has loaded already, the C library among them: no search of the
+    # library path, no subprocess (ctypes.util.find_library runs ldconfig).
+    import ctypes
+
+    try:
+        function: Callable[..., int] = ctypes.CDLL(None, use_errno=True).renameat2
+    except (OSError, AttributeError):
+        return None
+    return function
+
+
 def _exchange(a: Path, b: Path) -> bool:
     """Swap two existing paths in one atomic step (Linux ``renameat2``); ``False`` if unsupported."""
-    # Imported here: ctypes.util pulls in subprocess, and every plugin imports this module.
-    import ctypes
-    import ctypes.util
-
-    name = ctypes.util.find_library("c")
-    if not name or not hasattr(os, "uname") or os.uname().sysname != "Linux":
-        return False
-    libc = ctypes.CDLL(name, use_errno=True)
-    renameat2 = getattr(libc, "renameat2", None)
+    renameat2 = _renameat2()
     if renameat2 is None:
         return False
-    at_fdcwd, rename_exchange = -100, 2
-    result = renameat2(at_fdcwd, os.fsencode(a), at_fdcwd, os.fsencode(b), rename_exchange)
+    import ctypes
+
+    result = renameat2(_AT_FDCWD, os.fsencode(a), _AT_FDCWD, os.fsencode(b), _RENAME_EXCHANGE)
     if result == 0:
         return True
-    errno = ctypes.get_errno()
-    if errno in (38, 22, 95):  # ENOSYS, EINVAL (filesystem without it), EOPNOTSUPP
+    code = ctypes.get_errno()
+    if code in _NO_EXCHANGE:
         return False
-    raise OSError(errno, os.strerror(errno), str(a), None, str(b))
+    raise OSError(code, os.strerror(code), str(a), None, str(b))
 
 
 def commit_folder(temporary: Path, final: Path) -> None:

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import io
 import os
+import re
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, BinaryIO, TypeVar
 
@@ -31,6 +32,9 @@ if TYPE_CHECKING:
 __all__ = ["CheckpointReader", "CheckpointWriter"]
 
 T = TypeVar("T")
+
+# How safetensors words the OS error of a failed write: "... (os error 28)".
+_OS_ERROR = re.compile(r"\(os error (\d+)\)")
 
 
 def _relative(name: str) -> str:
@@ -55,10 +59,16 @@ class CheckpointWriter:
         self.world_size = state.world_size
         self.is_main_process = state.is_main_process
         self.entries: dict[str, FileEntry] = {}
+        # Files a library wrote into the folder: hashed and synced by finish().
         self._written: list[str] = []
-        # A second thread serialises the largest state (an optimizer's) while the caller goes
-        # on to the next file: both copy into the page cache, which two cores do in half the time.
-        self._pending: dict[str, Future[None]] = {}
+        # Files written here whose entry is known as they are written (the bytes hashed on
+        # their way to the file): only synced by finish().
+        self._hashed: dict[str, FileEntry] = {}
+        # Background jobs, each ending with its file's entry: the largest state (an
+        # optimizer's) serialised and hashed on a thread while the caller goes on to the next
+        # file, and the weights' file hashed once written. Two cores copy into the page cache
+        # and hash side by side.
+        self._pending: dict[str, Future[FileEntry]] = {}
         self._writer: ThreadPoolExecutor | None = None
 
     @property
@@ -82,14 +92,15 @@ class CheckpointWriter:
     def finish(self) -> dict[str, FileEntry]:
         """Wait for every file to be written, then sync them all; what this process wrote.
 
-        Everything is written first and synced once at the end: the disk then takes the
-        whole checkpoint as one batch, which is faster than syncing each file as it goes.
+        Each file is hashed as it is written (the weights' just after, on a thread). Every
+        file is written first and synced once at the end: the disk then takes the whole
+        checkpoint as one batch, which is faster than syncing each file as it goes.
         """
         error: BaseException | None = None
         try:
-            for future in self._pending.values():
+            for name, future in self._pending.items():
                 try:
-                    future.result()
+                    self._hashed[name] = future.result()
                 except BaseException as exc:  # every job is waited for before raising
                     error = error or exc
         finally:
@@ -100,12 +111,22 @@ class CheckpointWriter:
             self._writer = None
         if error is not None:
             raise error
-        self.entries.update(_sync_all(self.folder, self._written))
-        folders = {(self.folder / name).parent for name in self._written}
+        names = [*self.entries, *self._hashed, *self._written]
+        self.entries.update(_sync_all(self.folder, self._written, self._hashed))
+        folders = {(self.folder / name).parent for name in names}
         for folder in sorted(folders, key=lambda p: len(p.parts), reverse=True):
             fsync_dir(folder)
         self._written.clear()
+        self._hashed.clear()
         return dict(self.entries)
+
+    def _submit(self, name: str, job: Callable[[], FileEntry]) -> None:
+        """Run ``job`` (which writes or reads ``name`` and returns its entry) on a thread."""
+        if self._writer is None:
+            from concurrent.futures import ThreadPoolExecutor
+
+            self._writer = ThreadPoolExecutor(max_workers=2, thread_name_prefix="accelkw-save")
+        self._pending[name] = self._writer.submit(job)
 
     def write_bytes(self, name: str, data: bytes | memoryview) -> Path:
         """Write ``data`` to ``name`` (relative to the folder), recorded; synced by :meth:`finish`."""
@@ -114,8 +135,8 @@ class CheckpointWriter:
             with durable.open_new(path) as fh:
                 fh.write(data)
         except OSError as exc:
-            raise write_error(path, exc) from None
-        self.record(name)
+            raise write_error(path, exc) from exc
+        self._hashed[_relative(name)] = FileEntry(memoryview(data).nbytes, durable.checksum(data))
         return path
 
     def save(self, name: str, obj: Any, *, owner: str | None = None) -> Path:
@@ -132,12 +153,7 @@ class CheckpointWriter:
 
         if owner is None:
             path = self._path(name)
-            if self._writer is None:
-                from concurrent.futures import ThreadPoolExecutor
-
-                self._writer = ThreadPoolExecutor(max_workers=1, thread_name_prefix="accelkw-save")
-            self._pending[_relative(name)] = self._writer.submit(_save_to, path, obj)
-            self._written.append(_relative(name))
+            self._submit(_relative(name), lambda: _save_to(path, obj))
             return path
         buffer = io.BytesIO()
         torch.save(obj, buffer)
@@ -154,27 +170,43 @@ class CheckpointWriter:
         return self.write_bytes(name, data)
 
     def save_tensors(self, name: str, tensors: dict[str, Any]) -> Path:
-        """A dict of tensors as a safetensors file (``model.safetensors``)."""
-        from safetensors.torch import save
+        """A dict of tensors as a safetensors file (``model.safetensors``).
 
+        Written by safetensors' ``save_file``, straight from the tensors into the file (no
+        copy of the whole state in memory first); hashed on a thread while the caller goes on.
+        """
+        from safetensors import SafetensorError
+        from safetensors.torch import save_file
+
+        path = self._path(name)
         try:
-            data = save(
-                {k: v.detach().contiguous() for k, v in tensors.items()}, metadata={"format": "pt"}
+            save_file(
+                {k: v.detach().contiguous() for k, v in tensors.items()},
+                path,
+                metadata={"format": "pt"},
             )
-        except RuntimeError as exc:
+        except SafetensorError as exc:
+            # The library reports a failed write (a full disk) in its message only.
+            code = _OS_ERROR.search(str(exc))
+            cause = OSError(int(code[1]), os.strerror(int(code[1]))) if code else exc
+            raise write_error(path, cause, "saved") from exc
+        except OSError as exc:  # the library's own file could not be made (a folder locked)
+            raise write_error(path, exc, "saved") from exc
+        except (RuntimeError, ValueError) as exc:
             raise CheckpointError(
-                self.folder / name,
+                path,
                 f"cannot be saved as safetensors ({_first_line(exc)}); "
                 "save_state(safe_serialization=False) writes pytorch_model.bin instead",
             ) from exc
-        return self.write_bytes(name, data)
+        self._submit(_relative(name), lambda: _hash(path))
+        return path
 
     def _path(self, name: str) -> Path:
         path = self.folder / _relative(name)
         try:
             path.parent.mkdir(parents=True, exist_ok=True)
         except OSError as exc:
-            raise write_error(path.parent, exc, "created") from None
+            raise write_error(path.parent, exc, "created") from exc
         return path
 
     def record(self, name: str) -> None:
@@ -191,25 +223,42 @@ class CheckpointWriter:
 
 
 class _Watched:
-    """A file object that keeps the ``OSError`` a write raised: a library that turns it into
-    its own error (torch's zip writer) would otherwise hide that the disk was full."""
+    """A file object that hashes what is written through it, and keeps the ``OSError`` a
+    write raised: a library that turns it into its own error (torch's zip writer) would
+    otherwise hide that the disk was full.
+
+    Only for a writer that writes its bytes in order, once (``torch.save`` to an object
+    without ``seek``): the hash is then the file's, taken while the bytes are at hand.
+    """
 
     def __init__(self, fh: BinaryIO) -> None:
+        import xxhash
+
         self._fh = fh
+        self._hash = xxhash.xxh3_64()
+        self.size = 0
         self.error: OSError | None = None
 
     def write(self, data: bytes | memoryview) -> int:
         try:
-            return self._fh.write(data)
+            written = self._fh.write(data)
         except OSError as exc:
             self.error = exc
             raise
+        self._hash.update(data)
+        self.size += memoryview(data).nbytes
+        return written
+
+    def entry(self) -> FileEntry:
+        """What the manifest records of the bytes written so far."""
+        return FileEntry(self.size, self._hash.intdigest())
 
     def flush(self) -> None:
         self._fh.flush()
 
 
-def _save_to(path: Path, obj: Any) -> None:
+def _save_to(path: Path, obj: Any) -> FileEntry:
+    """``torch.save(obj)`` to ``path``, hashed as it is written, then synced; its entry."""
     import torch
 
     watched: _Watched | None = None
@@ -222,18 +271,42 @@ def _save_to(path: Path, obj: Any) -> None:
     except Exception as exc:
         cause = watched.error if watched is not None and watched.error is not None else exc
         raise write_error(path, cause, "saved") from exc
+    return watched.entry()
 
 
-def _sync_all(folder: Path, names: list[str]) -> dict[str, FileEntry]:
-    """Fsync and hash each written file, two at a time (a sync waits on the disk, a hash on
-    the CPU)."""
-    if not names:
+def _hash(path: Path) -> FileEntry:
+    """The entry of a file a library wrote whole (safetensors'), read back from the page
+    cache."""
+    try:
+        with durable.mapped(path) as view:
+            return FileEntry(len(view), durable.checksum(view))
+    except OSError as exc:
+        raise write_error(path, exc) from None
+
+
+def sync_file(path: Path) -> None:
+    """Fsync a file written whole and already hashed (a library's files recorded afterwards
+    are synced and hashed by ``entry_of``)."""
+    try:
+        with open(path, "rb+") as fh:
+            os.fsync(fh.fileno())
+    except OSError as exc:
+        raise write_error(path, exc) from None
+
+
+def _sync_all(
+    folder: Path, recorded: list[str], hashed: dict[str, FileEntry]
+) -> dict[str, FileEntry]:
+    """Fsync each written file, hashing those ``recorded`` (a library's), two at a time (a
+    sync waits on the disk, a hash on the CPU); every file's entry."""
+    if not recorded and not hashed:
         return {}
     from concurrent.futures import ThreadPoolExecutor
 
     with ThreadPoolExecutor(max_workers=2, thread_name_prefix="accelkw-fsync") as pool:
-        entries = list(pool.map(entry_of, [folder / name for name in names]))
-    return dict(zip(names, entries, strict=True))
+        entries = list(pool.map(entry_of, [folder / name for name in recorded]))
+        list(pool.map(sync_file, [folder / name for name in hashed]))
+    return {**dict(zip(recorded, entries, strict=True)), **hashed}
 
 
 class CheckpointReader:
@@ -265,7 +338,7 @@ class CheckpointReader:
         try:
             return path.read_bytes()
         except OSError as exc:
-            raise CheckpointError(path, f"cannot be read ({exc.strerror or exc})") from None
+            raise CheckpointError(path, f"cannot be read ({exc.strerror or exc})") from exc
 
     def load(self, name: str, **load_kwargs: Any) -> Any:
         """``torch.load(weights_only=True)`` of ``name``, on the CPU; errors name the file."""

@@ -10,24 +10,13 @@ and the manifest, last.
 
 from __future__ import annotations
 
-import re
 from collections.abc import Sequence
-from pathlib import Path
 from typing import Any
 
-from accelkw_core.runtime.checkpoints.manifest import MANIFEST
-
-__all__ = ["MODEL", "SAFE_MODEL", "Checkpointed", "foreign_files", "numbered"]
+__all__ = ["MODEL", "SAFE_MODEL", "Checkpointed", "numbered"]
 
 MODEL = "pytorch_model.bin"
 SAFE_MODEL = "model.safetensors"
-
-# What a folder may already hold for save_state to replace it: a previous checkpoint's files.
-_CHECKPOINT_FILE = re.compile(
-    r"(pytorch_model|model)(_\d+)?\.(bin|safetensors)|(optimizer|scheduler|sampler|dl_state_dict)"
-    r"(_\d+)?\.bin|custom_checkpoint_\d+\.pkl|random_states_\d+\.pkl|[\w.-]+\.pt"
-    r"|pytorch_model_fsdp(_\d+)?(\.bin)?|optimizer_\d+|" + re.escape(MANIFEST)
-)
 
 
 class Checkpointed:
@@ -62,8 +51,3 @@ def numbered(name: str, index: int) -> str:
         return name
     stem, dot, suffix = name.partition(".")
     return f"{stem}_{index}{dot}{suffix}"
-
-
-def foreign_files(folder: Path) -> list[str]:
-    """The names in ``folder`` that no checkpoint writes (``save_state`` would remove them)."""
-    return sorted(p.name for p in folder.iterdir() if not _CHECKPOINT_FILE.fullmatch(p.name))

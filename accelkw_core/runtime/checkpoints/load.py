@@ -14,7 +14,7 @@ import contextlib
 import copy
 import functools
 import warnings
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -28,6 +28,7 @@ from accelkw_core.errors import (
     CheckpointWarning,
 )
 from accelkw_core.runtime.checkpoints.agreement import agree, failures
+from accelkw_core.runtime.checkpoints.aliases import with_aliases
 from accelkw_core.runtime.checkpoints.files import CheckpointReader
 from accelkw_core.runtime.checkpoints.layout import MODEL, SAFE_MODEL, Checkpointed, numbered
 from accelkw_core.runtime.checkpoints.lock import WriterLock
@@ -38,12 +39,15 @@ from accelkw_core.runtime.checkpoints.save import recover_commit
 if TYPE_CHECKING:
     from accelkw_core.runtime.state import AcceleratorState
 
-__all__ = ["MODULE_PREFIX", "load_checkpoint"]
+__all__ = ["MODULE_PREFIX", "LoadStateHook", "load_checkpoint"]
 
 #: What ``DistributedDataParallel`` puts before every key of its state dict; accelkw 0.2 saved it.
 MODULE_PREFIX = "module."
 
 Restore = Callable[[], None]
+
+#: ``hook(models, input_dir)``: Accelerate's ``register_load_state_pre_hook``.
+LoadStateHook = Callable[[list[Any], str], None]
 
 
 @dataclass
@@ -54,8 +58,9 @@ class _Step:
     apply: ApplyLoaded
     keep: Callable[[], Restore] | None
     #: Weights checked against the model's keys and shapes: copied into it in place, which
-    #: cannot refuse them, so they are applied last, once the processes agreed on the rest,
-    #: and no copy of the model is kept for them (it would cost as much as the load).
+    #: cannot refuse them, so they are applied last, once the processes agreed on the rest.
+    #: A copy of the model's own is still kept (in CPU memory): another process may fail in
+    #: that last stage, and then this one goes back too.
     checked: bool = False
 
 
@@ -84,6 +89,16 @@ def _kept_weights(
     def keep() -> Restore:
         saved = {k: v.detach().clone() for k, v in read().items()}
         return _bind(load, saved)
+
+    return keep
+
+
+def _kept_on_cpu(model: Any) -> Callable[[], Restore]:
+    """Keep a CPU copy of ``model``'s weights and buffers (no second copy on its device)."""
+
+    def keep() -> Restore:
+        saved = {k: v.detach().to("cpu", copy=True) for k, v in model.state_dict().items()}
+        return _bind(model.load_state_dict, saved)
 
     return keep
 
@@ -236,9 +251,16 @@ def _read_models(
             )
             continue
         weights = _without_wrapper_prefix(weights, unwrapped, name, read.notes)
+        # A tied weight's second name is not in a safetensors file (either framework's).
+        weights = with_aliases(weights, unwrapped.state_dict())
         _check_weights(reader.folder / name, unwrapped, weights, strict)
         read.steps.append(
-            _Step(label, _bind(unwrapped.load_state_dict, weights, **model_kwargs), None, True)
+            _Step(
+                label,
+                _bind(unwrapped.load_state_dict, weights, **model_kwargs),
+                _kept_on_cpu(unwrapped),
+                True,
+            )
         )
     for i, optimizer in enumerate(what.optimizers):
         name = numbered("optimizer.bin", i)
@@ -303,10 +325,19 @@ def _read_all(
         (owners if step.keep is None else read.steps).append(step)
     read.steps += owners
     if saved_handlers is not None:
+        shipped = reader.manifest.distributions if reader.manifest is not None else {}
         for key in sorted(saved_handlers - set(keyed)):
+            dist = shipped.get(key)
+            hint = (
+                f"; to load it, install {dist} (pip install {dist}) or enable it if it is"
+                " installed but turned off"
+                if dist
+                else ""
+            )
             read.notes.append(
-                f"the checkpoint holds state of handler {key!r}, which is not in this run: "
-                "left alone"
+                f"the checkpoint holds state of handler {key!r}"
+                + (f" (from {dist})" if dist else "")
+                + f", which is not in this run: left alone{hint}"
             )
     _read_random_states(reader, state, what, read)
     return read
@@ -318,6 +349,14 @@ def _read_random_states(
     name = f"random_states_{state.rank}.pkl"
     if reader.manifest is not None and name in reader.manifest.files:
         states = reader.load(name)
+    elif reader.manifest is not None and "random_states_0.pkl" in reader.manifest.files:
+        states = None
+        read.notes.append(
+            f"could not restore the random states: the checkpoint holds none of process "
+            f"{state.rank} (it was saved by fewer processes, or by the main process alone, as "
+            "`if accelerator.is_main_process: accelerator.save_state(...)` saves); this "
+            "process continues with its current ones"
+        )
     else:
         try:
             states = reader.load(name)
@@ -346,11 +385,11 @@ def _first_line(exc: BaseException) -> str:
 
 def _apply(
     steps: list[_Step], folder: Path
-) -> tuple[list[Restore], Restore | None, BaseException | None]:
+) -> tuple[list[Restore], Restore | None, CheckpointError | None]:
     """Apply each step, keeping its way back first; stops at the first that raises.
 
     Returns the ways back of the steps applied, that of the step that raised (its object may
-    be half changed), and the error.
+    be half changed), and the error, whose ``__cause__`` is what the object raised.
     """
     undo: list[Restore] = []
     for step in steps:
@@ -360,40 +399,38 @@ def _apply(
                 back = step.keep()
             step.apply()
         except Exception as exc:
-            return (
-                undo,
-                back,
-                CheckpointError(
-                    folder,
-                    f"could not be loaded into {step.label} ({_first_line(exc)}); every object "
-                    "the load had changed was restored",
-                ),
+            error = CheckpointError(
+                folder, f"could not be loaded into {step.label} ({_first_line(exc)})"
             )
+            error.__cause__ = exc
+            return undo, back, error
         if back is not None:
             undo.append(back)
     return undo, None, None
 
 
-def _restore(undo: list[Restore], refused: Restore | None, folder: Path) -> CheckpointError | None:
-    """Undo every applied step, last first; what went wrong doing it, or ``None``.
+def _restore(undo: list[Restore], refused: Restore | None, error: CheckpointError) -> None:
+    """Undo every applied step, last first, and say in ``error`` whether every one went back.
 
-    The object that refused its state is given its old one back too, on a best-effort basis:
-    the same ``load_state_dict`` may refuse that as well, when it changed nothing.
+    ``error`` is the failure that made the load go back and stays the one raised: a restore
+    that fails too is a note on it, never a replacement. The object that refused its state is
+    given its old one back too, on a best-effort basis: the same ``load_state_dict`` may
+    refuse that as well, when it changed nothing.
     """
     if refused is not None:
         with contextlib.suppress(Exception):
             refused()
-    problems = []
+    failed = 0
     for restore in reversed(undo):
         try:
             restore()
         except Exception as exc:
-            problems.append(_first_line(exc))
-    if problems:
-        return CheckpointError(
-            folder, f"could not be loaded, and restoring the objects failed too ({problems[0]})"
-        )
-    return None
+            failed += 1
+            error.add_note(f"restoring an object the load had changed failed: {_first_line(exc)}")
+    if failed:
+        error.problem += f"; {failed} of the objects it had changed could not be restored"
+    else:
+        error.problem += "; every object the load had changed was restored"
 
 
 def _recover_if_missing(state: AcceleratorState, folder: Path) -> BaseException | None:
@@ -416,6 +453,72 @@ def _recover_if_missing(state: AcceleratorState, folder: Path) -> BaseException 
     return None
 
 
+def _run_hooks(
+    hooks: Sequence[LoadStateHook], folder: Path, manifest: Any, what: Checkpointed
+) -> tuple[Checkpointed, list[Restore]]:
+    """Check every file, keep the models' weights, call the load-state pre-hooks.
+
+    Returns what is left for the core to load (the models no hook popped) and the ways back of
+    every model's weights (a hook loads into models before the rest is checked).
+    """
+    if manifest is not None:
+        # A hook reads the files it saved itself: each is checked before any hook runs.
+        for name in sorted(manifest.files):
+            manifest.check_file(folder, name)
+    kept = [_kept_weights(m.load_state_dict, m.state_dict)() for m in what.unwrapped]
+    models = list(what.models)
+    for hook in hooks:
+        try:
+            hook(models, str(folder))
+        except Exception as exc:
+            name = getattr(hook, "__qualname__", type(hook).__name__)
+            error = CheckpointError(
+                f"load_state pre-hook {name}",
+                f"failed ({_first_line(exc)})",
+            )
+            _restore(kept, None, error)
+            raise error from exc
+    left = {id(m) for m in models}
+    pairs = [(m, u) for m, u in zip(what.models, what.unwrapped, strict=True) if id(m) in left]
+    remaining = Checkpointed(
+        [m for m, _ in pairs],
+        what.optimizers,
+        what.schedulers,
+        what.data_loaders,
+        what.custom,
+        what.step,
+        unwrapped=[u for _, u in pairs],
+    )
+    return remaining, kept
+
+
+def _agree_or_restore(
+    state: AcceleratorState, error: BaseException | None, undo: list[Restore], folder: Path
+) -> None:
+    """Agree on a stage; on any process's failure, restore what ``undo`` holds and raise.
+
+    The error raised is this process's own (kept as the cause when it is not a
+    :class:`CheckpointError`), else the first failed process's.
+    """
+    failed = failures(state, error)
+    if not failed:
+        return
+    if error is None:
+        rank, message = failed[0]
+        error = CheckpointError(f"(process {rank})", f"failed: {message}")
+    if not undo:
+        raise error
+    if isinstance(error, CheckpointError):
+        _restore(undo, None, error)
+        raise error
+    if not isinstance(error, Exception):  # Ctrl-C and the like go on as themselves
+        _restore(undo, None, CheckpointError(folder, "was interrupted while loading"))
+        raise error
+    wrapped = CheckpointError(folder, f"could not be loaded ({_first_line(error)})")
+    _restore(undo, None, wrapped)
+    raise wrapped from error
+
+
 def load_checkpoint(
     state: AcceleratorState,
     folder: Path,
@@ -423,8 +526,13 @@ def load_checkpoint(
     *,
     load_kwargs: dict[str, Any] | None = None,
     model_kwargs: dict[str, Any] | None = None,
+    hooks: Sequence[LoadStateHook] = (),
 ) -> int | None:
     """Check the checkpoint in ``folder`` whole, then load it into the objects of ``what``.
+
+    ``hooks`` (``register_load_state_pre_hook``'s) are called with the prepared models and the
+    folder once every file of the checkpoint is checked; the models they pop are not loaded
+    here, and what they loaded is restored with the rest when the load fails.
 
     Returns the saved ``step``, or ``None`` when this process's random states were not in an
     Accelerate checkpoint (a warning says so). Raises :class:`CheckpointError`, having changed
@@ -454,31 +562,45 @@ def load_checkpoint(
             CheckpointWarning,
             stacklevel=3,
         )
+    kept: list[Restore] = []
+    if hooks:
+        try:
+            what, kept = _run_hooks(hooks, folder, manifest, what)
+        except BaseException as exc:
+            error = exc
+        _agree_or_restore(state, error, kept, folder)
     read = _Read()
     try:
         reader = CheckpointReader(folder, manifest, state)
         read = _read_all(reader, state, what, dict(load_kwargs or {}), dict(model_kwargs or {}))
     except BaseException as exc:
         error = exc
-    agree(state, error)
-    undo: list[Restore] = []
+    _agree_or_restore(state, error, kept, folder)
+    undo: list[Restore] = list(kept)
     for stage in ([s for s in read.steps if not s.checked], [s for s in read.steps if s.checked]):
         done, refused, error = _apply(stage, folder)
         undo += done
         if error is not None:
-            error = _restore(undo, refused, folder) or error
+            _restore(undo, refused, error)
         # Every process gets here, whatever happened: each stage is agreed like the reads.
         failed = failures(state, error)
         if failed and error is None:
             # Another process could not apply its part: this one goes back too.
-            _restore(undo, None, folder)
             rank, message = failed[0]
-            raise CheckpointError(f"(process {rank})", f"failed: {message}")
+            other = CheckpointError(f"(process {rank})", f"failed: {message}")
+            _restore(undo, None, other)
+            raise other
         if error is not None:
             raise error
     for note in read.notes:
         warnings.warn(f"load_state: {note}", CheckpointWarning, stacklevel=3)
-    for obj in read.absent:
-        if isinstance(obj, StartsFresh):
-            obj.checkpoint_loaded_without_state()
+    if read.absent:  # the same on every process: what the checkpoint lacks
+        error = None
+        try:
+            for obj in read.absent:
+                if isinstance(obj, StartsFresh):
+                    obj.checkpoint_loaded_without_state()
+        except Exception as exc:
+            error = exc
+        agree(state, error)
     return read.step

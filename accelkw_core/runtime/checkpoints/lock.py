@@ -18,6 +18,7 @@ import socket
 from pathlib import Path
 
 from accelkw_core.errors import CheckpointError, CheckpointLockedError
+from accelkw_core.runtime.checkpoints.durable import is_full, write_error
 
 __all__ = ["LOCK_SUFFIX", "WriterLock", "is_held", "lock_of"]
 
@@ -63,12 +64,14 @@ class WriterLock:
                 self.path.parent.mkdir(parents=True, exist_ok=True)
                 fd = os.open(self.path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o644)
             except OSError as exc:
+                if is_full(exc):
+                    raise write_error(self.path, exc) from exc
                 raise CheckpointError(
                     self.path.parent,
                     f"is not writable by this process ({exc.strerror or exc}): a save writes "
                     f"its lock, its temporary folder and {self.final.name} there; nothing "
                     "was written",
-                ) from None
+                ) from exc
             try:
                 fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
             except BlockingIOError:
@@ -87,8 +90,16 @@ class WriterLock:
                 break
             os.close(fd)
         who = json.dumps({"host": socket.gethostname(), "pid": os.getpid()}).encode()
-        os.ftruncate(fd, 0)
-        os.pwrite(fd, who, 0)
+        try:
+            # Written, then cut to its length: a full disk fails the write, the first thing a
+            # save writes, with the one-line error every later write of the save gives.
+            os.pwrite(fd, who, 0)
+            os.ftruncate(fd, len(who))
+        except OSError as exc:
+            with contextlib.suppress(OSError):
+                os.unlink(self.path)
+            os.close(fd)
+            raise write_error(self.path, exc) from exc
         self._fd = fd
 
     def release(self) -> None:
@@ -96,7 +107,9 @@ class WriterLock:
         fd, self._fd = self._fd, None
         if fd is None:
             return
-        with contextlib.suppress(FileNotFoundError):
+        # A lock file that cannot be removed (its folder made read-only) holds nobody once
+        # closed: releasing never raises, so a failed save's agreement is never skipped.
+        with contextlib.suppress(OSError):
             os.unlink(self.path)
         os.close(fd)
 

@@ -1,8 +1,8 @@
 """The manifest of a checkpoint folder: what it holds, written last, checked before any load.
 
 ``accelkw_checkpoint.json`` lists every file of the checkpoint (path relative to the folder, size,
-XXH3-64 hash), the accelkw version and world size that wrote it, the step, and the keys of the
-handlers whose state it holds. A folder without one was written by Accelerate (or by accelkw
+XXH3-64 hash), the accelkw version and world size that wrote it, the step, the keys of the
+handlers whose state it holds and the distributions that shipped them. A folder without one was written by Accelerate (or by accelkw
 before 0.3); a folder whose manifest does not match its files is damaged. Torch-free.
 """
 
@@ -32,6 +32,8 @@ class Manifest:
     world_size: int
     step: int = 0
     handlers: list[str] = field(default_factory=list)
+    #: The distribution of each saved handler that came from one (key -> distribution name).
+    distributions: dict[str, str] = field(default_factory=dict)
     files: dict[str, FileEntry] = field(default_factory=dict)
     version: str = __version__
     format: int = FORMAT
@@ -44,6 +46,7 @@ class Manifest:
             "world_size": self.world_size,
             "step": self.step,
             "handlers": sorted(self.handlers),
+            "distributions": dict(sorted(self.distributions.items())),
             "files": {
                 name: {"size": e.size, "xxh3_64": f"{e.xxh3:016x}"}
                 for name, e in sorted(self.files.items())
@@ -74,7 +77,7 @@ class Manifest:
         try:
             size = path.stat().st_size
         except OSError as exc:
-            raise _unreadable(path, exc) from None
+            raise _unreadable(path, exc) from exc
         self._check_size(folder, name, size, entry)
 
     def check_file(self, folder: Path, name: str) -> None:
@@ -87,7 +90,7 @@ class Manifest:
         except CheckpointError:
             raise  # an OSError too: it already says what is wrong
         except OSError as exc:
-            raise _unreadable(path, exc) from None
+            raise _unreadable(path, exc) from exc
 
     @staticmethod
     def _check_size(folder: Path, name: str, size: int, entry: FileEntry) -> None:
@@ -115,10 +118,10 @@ def _entries(raw: Any, path: Path) -> dict[str, FileEntry]:
     for name, value in raw.items():
         try:
             entries[str(name)] = FileEntry(int(value["size"]), int(value["xxh3_64"], 16))
-        except (KeyError, TypeError, ValueError):
+        except (KeyError, TypeError, ValueError) as exc:
             raise CheckpointError(
                 path, f"is damaged: not a valid manifest (entry {name!r} lacks size or xxh3_64)"
-            ) from None
+            ) from exc
     return entries
 
 
@@ -130,7 +133,7 @@ def read_manifest(folder: Path) -> Manifest | None:
     except FileNotFoundError:
         return None
     except OSError as exc:
-        raise _unreadable(path, exc) from None
+        raise _unreadable(path, exc) from exc
     try:
         raw = json.loads(data.decode("utf-8"))
         if not isinstance(raw, dict):
@@ -138,7 +141,7 @@ def read_manifest(folder: Path) -> Manifest | None:
         fmt = int(raw.get("format", 0))
     except (ValueError, TypeError) as exc:
         # A UnicodeDecodeError is a ValueError: a manifest of random bytes lands here too.
-        raise CheckpointError(path, f"is damaged: not a valid manifest ({_short(exc)})") from None
+        raise CheckpointError(path, f"is damaged: not a valid manifest ({_short(exc)})") from exc
     if fmt > FORMAT:
         raise CheckpointError(
             path,
@@ -150,12 +153,13 @@ def read_manifest(folder: Path) -> Manifest | None:
             world_size=int(raw.get("world_size", 1)),
             step=int(raw.get("step", 0)),
             handlers=[str(h) for h in raw.get("handlers", [])],
+            distributions={str(k): str(v) for k, v in dict(raw.get("distributions", {})).items()},
             files=_entries(raw.get("files", {}), path),
             version=str(raw.get("accelkw", "?")),
             format=fmt,
         )
     except (ValueError, TypeError) as exc:
-        raise CheckpointError(path, f"is damaged: not a valid manifest ({_short(exc)})") from None
+        raise CheckpointError(path, f"is damaged: not a valid manifest ({_short(exc)})") from exc
 
 
 def _short(exc: BaseException) -> str:

@@ -14,9 +14,10 @@ from pathlib import Path
 from typing import Any
 
 from accelkw_core.runtime.checkpoints import durable
+from accelkw_core.runtime.checkpoints.aliases import without_aliases
 from accelkw_core.runtime.checkpoints.layout import MODEL, SAFE_MODEL
 
-__all__ = ["save_pretrained"]
+__all__ = ["save_object", "save_pretrained"]
 
 _SHARD = re.compile(r".*-\d{5}-of-\d{5}\.(bin|safetensors)")
 
@@ -29,7 +30,7 @@ def save_pretrained(
 
     folder.mkdir(parents=True, exist_ok=True)
     if safe_serialization:
-        weights = _without_aliases(weights)
+        weights = without_aliases(weights)
     name = SAFE_MODEL if safe_serialization else MODEL
     stem, suffix = name.rsplit(".", 1)
     split = split_torch_state_dict_into_shards(
@@ -50,19 +51,6 @@ def save_pretrained(
         index = {"metadata": split.metadata, "weight_map": split.tensor_to_filename}
         text = json.dumps(index, indent=2, sort_keys=True) + "\n"
         _replace_bytes(folder / (name + ".index.json"), text.encode())
-
-
-def _without_aliases(weights: dict[str, Any]) -> dict[str, Any]:
-    """Keep the first of tensors sharing storage (tied weights), as safetensors requires."""
-    seen: set[tuple[Any, int]] = set()
-    out: dict[str, Any] = {}
-    for key, tensor in weights.items():
-        ident = (tensor.device, tensor.untyped_storage().data_ptr())
-        if ident in seen:
-            continue
-        seen.add(ident)
-        out[key] = tensor
-    return out
 
 
 def _replace_bytes(path: Path, data: bytes | memoryview) -> None:
@@ -88,3 +76,31 @@ def _replace_file(path: Path, tensors: dict[str, Any], safe: bool) -> None:
         torch.save(tensors, buffer)
         data = buffer.getbuffer()
     _replace_bytes(path, data)
+
+
+def save_object(obj: Any, f: Any, *, safe_serialization: bool) -> None:
+    """Write ``obj`` to ``f`` (a path or a binary file object) as Accelerate's ``save`` does.
+
+    ``safe_serialization``: ``obj`` is a dict of tensors written as safetensors (tensors sharing
+    storage kept once); else ``torch.save``. A path is written under a temporary name and
+    renamed into place, so a reader never sees half a file.
+    """
+    import io
+
+    import torch
+
+    if safe_serialization:
+        from safetensors.torch import save
+
+        tensors = without_aliases(dict(obj))
+        data: bytes | memoryview = save(
+            {k: v.detach().contiguous() for k, v in tensors.items()}, metadata={"format": "pt"}
+        )
+    else:
+        buffer = io.BytesIO()
+        torch.save(obj, buffer)
+        data = buffer.getbuffer()
+    if isinstance(f, str | os.PathLike):
+        _replace_bytes(Path(f), data)
+    else:
+        f.write(data)

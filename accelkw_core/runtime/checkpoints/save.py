@@ -13,8 +13,9 @@ at once, the temporary folder is removed and the previous checkpoint is left as 
 
 from __future__ import annotations
 
+import contextlib
 import os
-from collections.abc import Sequence
+from collections.abc import Callable, Collection, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -29,16 +30,16 @@ from accelkw_core.runtime.checkpoints.agreement import (
     node_of,
     raise_agreed,
 )
+from accelkw_core.runtime.checkpoints.aliases import without_aliases
 from accelkw_core.runtime.checkpoints.files import CheckpointWriter
 from accelkw_core.runtime.checkpoints.layout import (
     MODEL,
     SAFE_MODEL,
     Checkpointed,
-    foreign_files,
     numbered,
 )
 from accelkw_core.runtime.checkpoints.lock import WriterLock, is_held
-from accelkw_core.runtime.checkpoints.manifest import Manifest
+from accelkw_core.runtime.checkpoints.manifest import MANIFEST, Manifest, read_manifest
 from accelkw_core.runtime.checkpoints.project import is_complete
 from accelkw_core.runtime.checkpoints.random_states import random_states
 from accelkw_core.runtime.checkpoints.staging import StagingWriter
@@ -46,8 +47,12 @@ from accelkw_core.runtime.checkpoints.staging import StagingWriter
 if TYPE_CHECKING:
     from accelkw_core.runtime.state import AcceleratorState
 
+#: ``hook(models, weights, output_dir)``: Accelerate's ``register_save_state_pre_hook``.
+SaveStateHook = Callable[[list[Any], list[Any], str], None]
+
 __all__ = [
     "PendingSave",
+    "SaveStateHook",
     "begin_save",
     "model_state_dict",
     "recover_commit",
@@ -116,9 +121,25 @@ def _sweep(folder: Path) -> list[str]:
         # Ours are stale: this process holds our lock and has not made its temporary yet.
         if owner is None or (owner != folder.name and is_held(folder.with_name(owner))):
             continue
-        durable.remove_tree(stale)
+        try:
+            durable.remove_tree(stale)
+        except OSError as exc:
+            # It holds no checkpoint: left there, it stands in no save's way.
+            notes.append(f"could not remove {stale.name}, left by a save that failed ({exc})")
+            continue
         notes.append(f"removed {stale.name}, left by a save that was interrupted")
     return notes
+
+
+def _discard(temporary: Path) -> None:
+    """Remove the temporary folder of a failed save, on a best-effort basis.
+
+    Called before the processes agree on the failure: a removal that fails too must not make
+    this process raise something else, or skip the agreement. The next save sweeps what is
+    left (it holds no checkpoint under a final name).
+    """
+    with contextlib.suppress(OSError):
+        durable.remove_tree(temporary)
 
 
 def _prepare_target(folder: Path) -> list[str]:
@@ -129,23 +150,40 @@ def _prepare_target(folder: Path) -> list[str]:
     try:
         folder.parent.mkdir(parents=True, exist_ok=True)
     except OSError as exc:
-        raise durable.write_error(folder.parent, exc, "created") from None
+        raise durable.write_error(folder.parent, exc, "created") from exc
     _check_replaceable(folder)
     recovered = recover_commit(folder)
     if recovered:
         notes.append(recovered)
     notes += _sweep(folder)
-    if folder.is_dir():
-        foreign = foreign_files(folder)
-        if foreign:
-            raise CheckpointError(
-                folder,
-                "holds files that are not part of a checkpoint ("
-                + ", ".join(foreign[:3])
-                + (", ..." if len(foreign) > 3 else "")
-                + "); save_state replaces the whole folder, so give it a folder of its own",
-            )
     return notes
+
+
+def _distributions(state: AcceleratorState, keys: Sequence[str]) -> dict[str, str]:
+    """The distribution that shipped each saved handler state (by its key), where one did: a
+    load without it installed names what to install."""
+    wanted = set(keys)
+    return {
+        str(c.key): dist
+        for c in state.contributions(CHECKPOINT)
+        if c.key in wanted and (dist := state.distributions.get(c.handler))
+    }
+
+
+def _owned(folder: Path, written: Collection[str]) -> Callable[[str], bool]:
+    """Which names in ``folder`` its previous checkpoint wrote: the ones a new save replaces.
+
+    With a manifest, the files it lists; without one (a folder Accelerate wrote), the names of
+    its layout that this save writes again. Everything else in the folder is the user's.
+    """
+    try:
+        manifest = read_manifest(folder)
+    except CheckpointError:
+        manifest = None  # damaged: claim no more than for a folder without one
+    if manifest is not None:
+        return (set(manifest.files) | {MANIFEST}).__contains__
+    tops = {name.split("/", 1)[0] for name in written} | {MANIFEST}
+    return lambda name: name.split("/", 1)[0] in tops
 
 
 def _write_states(
@@ -170,7 +208,7 @@ def _write_states(
                 writer.save(numbered("optimizer.bin", i), optimizer.state_dict())
             for i, model_weights in enumerate(weights):
                 if safe:
-                    writer.save_tensors(numbered(SAFE_MODEL, i), model_weights)
+                    writer.save_tensors(numbered(SAFE_MODEL, i), without_aliases(model_weights))
                 else:
                     writer.save(numbered(MODEL, i), model_weights)
         for i, scheduler in enumerate(what.schedulers):
@@ -205,7 +243,7 @@ def _start(
         try:
             temporary.mkdir()
         except OSError as exc:
-            raise durable.write_error(temporary, exc, "created") from None
+            raise durable.write_error(temporary, exc, "created") from exc
         return temporary, notes, None
     except BaseException as exc:
         return None, [], exc
@@ -238,6 +276,7 @@ def begin_save(
     save_on_each_node: bool = False,
     staged: bool = False,
     group: Any = None,
+    hooks: Sequence[SaveStateHook] = (),
 ) -> PendingSave:
     """Begin a save of ``folder``: lock, prepare, and write (or stage), on the caller's thread.
 
@@ -251,6 +290,11 @@ def begin_save(
     :meth:`PendingSave.complete` does the rest, on any thread; ``group`` is the process group
     it will agree on, given to the contributions (``CheckpointWriter.group``) for the
     collectives of writes they go on with in the background.
+
+    ``hooks`` (``register_save_state_pre_hook``'s) are called first, on every process, with the
+    prepared models, a list of their ``weights`` (a hook pops those it saves its own way) and
+    the temporary folder: what they write there is part of the checkpoint, listed in its
+    manifest and committed with the rest.
     """
     committer = _committer(state, save_on_each_node)
     # The lock is the folder's a link points to: two links to one folder share its writer.
@@ -264,6 +308,8 @@ def begin_save(
         )
         handlers: list[str] = []
         try:
+            weights = list(weights)
+            _run_hooks(hooks, list(what.models), weights, temporary)
             handlers = _write_states(
                 writer, state, what, weights, safe=safe_serialization, shared=committer
             )
@@ -277,7 +323,7 @@ def begin_save(
                 if isinstance(writer, StagingWriter):
                     writer.abandon()
                 if committer:
-                    durable.remove_tree(temporary)
+                    _discard(temporary)
                 raise_agreed(error, failed)
     except BaseException:
         if lock is not None:
@@ -360,17 +406,26 @@ class PendingSave:
             except BaseException as exc:
                 error = error or exc
             entries = _gather_entries(state, writer, error, per_node=self._per_node, group=group)
+            if committer and error is None and entries is not None:
+                try:
+                    entries.update(_unlisted(temporary, entries))
+                except OSError as exc:
+                    error = durable.write_error(temporary, exc, "listed")
             if error is not None or entries is None:
                 if committer:
-                    durable.remove_tree(temporary)
+                    _discard(temporary)
                 agree(state, error, group)
                 raise CheckpointError(temporary, "was not written whole by every process")
             if committer:
                 try:
+                    # A user's own files in the folder (not the previous checkpoint's) are
+                    # carried into the new one: a save replaces only what a save wrote.
+                    durable.keep_others(self._target, temporary, _owned(self._target, entries))
                     Manifest(
                         world_size=state.world_size,
                         step=self._step,
                         handlers=self._handlers,
+                        distributions=_distributions(self.state, self._handlers),
                         files=entries,
                     ).write(temporary)
                     durable.commit_folder(temporary, self._target)
@@ -380,13 +435,45 @@ class PendingSave:
                         if isinstance(exc, OSError)
                         else exc
                     )
-                    durable.remove_tree(temporary)
+                    _discard(temporary)
             # The commit is agreed like the writes: a failed one raises on every process at once.
             raise_agreed(error, failures(state, error, group))
             return self.folder
         finally:
             if self._lock is not None:
                 self._lock.release()
+
+
+def _run_hooks(
+    hooks: Sequence[SaveStateHook], models: list[Any], weights: list[Any], temporary: Path
+) -> None:
+    """Call the save-state pre-hooks as Accelerate does; a failure names the hook."""
+    for hook in hooks:
+        try:
+            hook(models, weights, str(temporary))
+        except Exception as exc:
+            name = getattr(hook, "__qualname__", type(hook).__name__)
+            raise CheckpointError(
+                f"save_state pre-hook {name}",
+                f"failed ({type(exc).__name__}: {exc}); nothing was committed",
+            ) from exc
+
+
+def _unlisted(
+    temporary: Path, listed: dict[str, durable.FileEntry]
+) -> dict[str, durable.FileEntry]:
+    """The files in ``temporary`` no writer recorded (a save-state hook's), synced and hashed.
+
+    Looked for once every process has finished writing, so each is whole.
+    """
+    found: dict[str, durable.FileEntry] = {}
+    for dirpath, _, files in os.walk(temporary):
+        for file in files:
+            path = Path(dirpath) / file
+            name = path.relative_to(temporary).as_posix()
+            if name not in listed and name != MANIFEST:
+                found[name] = durable.entry_of(path)
+    return found
 
 
 def _gather_entries(

@@ -31,7 +31,7 @@ if TYPE_CHECKING:
 __all__ = ["StagingWriter", "staged"]
 
 
-def staged(obj: Any, memo: dict[int, Any] | None = None) -> Any:
+def staged(obj: Any, memo: dict[Any, Any] | None = None) -> Any:
     """A copy of ``obj`` (a state dict) whose tensors live in CPU memory of their own.
 
     Dicts, lists and tuples are copied level by level; tensors by storage (see the module);
@@ -56,19 +56,27 @@ def staged(obj: Any, memo: dict[int, Any] | None = None) -> Any:
     return copy.deepcopy(obj)
 
 
-def _staged_tensor(tensor: Any, memo: dict[int, Any]) -> Any:
+def _staged_tensor(tensor: Any, memo: dict[Any, Any]) -> Any:
     import torch
 
     source = tensor.untyped_storage()
-    # Keyed by the storage's address: views of one storage (tied weights) share one copy.
-    key = source.data_ptr() if source.nbytes() else id(tensor)
-    storage = memo.get(key)
-    if storage is None:
+    # Keyed by the storage's address, so views of one storage (tied weights) share one copy;
+    # the memo keeps the source alive beside its copy until the staging is settled. Without
+    # it, a state made of temporaries (a full state dict gathered per call, random states
+    # built fresh, a handler computing what it writes) frees a source whose address the next
+    # temporary then gets, and the next would be "staged" as the earlier one's copy. The same
+    # reference keeps a CUDA source alive until its asynchronous copy has been waited for.
+    key = (source.device, source.data_ptr())
+    found = memo.get(key) if source.nbytes() else None
+    if found is not None:
+        storage = found[1]
+    else:
         pin = source.device.type == "cuda"
         buffer = torch.empty(source.nbytes(), dtype=torch.uint8, pin_memory=pin)
         storage = buffer.untyped_storage()
         storage.copy_(source, non_blocking=pin)
-        memo[key] = storage
+        if source.nbytes():
+            memo[key] = (source, storage)
     out = torch.empty(0, dtype=tensor.dtype)
     out.set_(storage, tensor.storage_offset(), tensor.size(), tensor.stride())
     if isinstance(tensor, torch.nn.Parameter):
@@ -86,7 +94,7 @@ class StagingWriter(CheckpointWriter):
     def __init__(self, folder: Path, state: AcceleratorState, group: Any = None) -> None:
         super().__init__(folder, state)
         self._ops: list[tuple[str, str, Any]] = []
-        self._memo: dict[int, Any] = {}
+        self._memo: dict[Any, Any] = {}
         self._group = group
 
     @property
@@ -125,7 +133,8 @@ class StagingWriter(CheckpointWriter):
         self._ops.append(("record", name, None))
 
     def settle(self) -> None:
-        """Wait for the copies out of CUDA memory (nothing to wait for on the CPU)."""
+        """Wait for the copies out of CUDA memory (nothing to wait for on the CPU), then let go
+        of the sources the memo kept alive."""
         import torch
 
         # torch.cuda.is_initialized has no annotations in torch (it returns a bool).

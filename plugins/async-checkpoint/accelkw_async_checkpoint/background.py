@@ -40,8 +40,12 @@ class BackgroundSaves:
         self.peak_staged_bytes = 0
 
     def submit(self, job: SaveJob) -> None:
-        """Wait for room, stage ``job`` here, and queue its commit on the worker thread."""
-        self._collect()
+        """Wait for room, stage ``job`` here, and queue its commit on the worker thread.
+
+        Which saves it waits for depends only on the saves submitted (never on which happen
+        to be done already), so every process raises a failed one at the same call: a
+        commit's failure is agreed by every process, and each notices it at the same moment.
+        """
         while self._pending and (
             len(self._pending) >= self.max_pending
             or any(folder == job.folder for folder, _ in self._pending)
@@ -63,8 +67,9 @@ class BackgroundSaves:
         self._raise_failure()
 
     def close(self) -> None:
-        """The teardown: finish pending saves and stop the worker (a failure was raised by the
-        runtime's ``wait`` before teardowns run, or is dropped with the run)."""
+        """The teardown: finish pending saves, stop the worker and destroy the process group
+        made for the commits (a failure was raised by the runtime's ``wait`` before teardowns
+        run, or is dropped with the run)."""
         try:
             while self._pending:
                 self._wait_oldest()
@@ -73,23 +78,45 @@ class BackgroundSaves:
                 pool, self._pool = self._pool, None
             if pool is not None:
                 pool.shutdown(wait=True)
+            self._destroy_group()
 
-    def _collect(self) -> None:
-        while self._pending and self._pending[0][1].done():
-            self._wait_oldest()
+    def _destroy_group(self) -> None:
+        # The group is the run's: a process that runs several (a sweep, a notebook) would
+        # otherwise keep one gloo group, its sockets and threads, per run that ended. Every
+        # process's teardown reaches here, once the worker is stopped; if the default group is
+        # already destroyed, every group went with it.
+        group, self._group = self._group, None
+        self._grouped = False
+        if group is None:
+            return
+        import torch.distributed as dist
+
+        if dist.is_initialized():
+            dist.destroy_process_group(group)
 
     def _wait_oldest(self) -> None:
-        folder, future = self._pending.popleft()
+        folder, future = self._pending[0]
         try:
             future.result()
         except BaseException as exc:
-            if self._failure is None:
-                self._failure = CheckpointError(
-                    folder,
-                    f"was not saved: its background save failed ({_one_line(exc)}); "
-                    "the checkpoint saved there before is kept",
-                )
-                self._failure.__cause__ = exc
+            if not future.done() or future.exception() is not exc:
+                # Interrupted while waiting (Ctrl-C): the save goes on and stays tracked.
+                raise
+            self._record(folder, exc)
+        self._pending.popleft()
+
+    def _record(self, folder: Path, exc: BaseException) -> None:
+        """Keep a failed save's error to raise; a later one is a note on the first."""
+        if self._failure is not None:
+            self._failure.add_note(f"{folder} was not saved either: {_one_line(exc)}")
+            return
+        failure = CheckpointError(
+            folder,
+            f"was not saved: its background save failed ({_one_line(exc)}); "
+            "the checkpoint saved there before is kept",
+        )
+        failure.__cause__ = exc
+        self._failure = failure
 
     def _raise_failure(self) -> None:
         failure, self._failure = self._failure, None

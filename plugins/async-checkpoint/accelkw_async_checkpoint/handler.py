@@ -24,7 +24,8 @@ class AsyncCheckpointKwargs(KwargsHandler):
     group of its own. At most ``max_pending`` saves are in flight: the next ``save_state``
     waits for the oldest. ``load_state``, ``wait_for_everyone``, ``end_training`` and
     ``accelerator.wait_for_checkpoints()`` wait for them, and raise the ``CheckpointError`` of
-    one that failed (the checkpoint saved before it is kept); so does the next ``save_state``.
+    one that failed (the checkpoint saved before it is kept); so does the first ``save_state``
+    that waits for it, at the same call on every process.
 
     Opt-in: installing the plugin changes no run; a run asks for it::
 

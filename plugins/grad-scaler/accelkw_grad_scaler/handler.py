@@ -9,9 +9,9 @@ from typing import TYPE_CHECKING, Any, ClassVar
 
 from accelkw_core.plugin import (
     AFTER_STEP,
+    AROUND_BACKWARD,
     AROUND_STEP,
     ATTRIBUTE,
-    BACKWARD,
     CHECKPOINT,
     UNSCALE_GRADIENTS,
     ConfigError,
@@ -33,8 +33,9 @@ class GradScalerKwargs(KwargsHandler):
 
     With mixed precision ``"fp16"`` it creates ``torch.amp.GradScaler(state.device_type,
     init_scale=..., growth_factor=..., backoff_factor=..., growth_interval=..., enabled=...)``
-    and contributes it to the run's extension points: ``backward`` (``scaler.scale(loss)
-    .backward()``), ``around_step`` (``scaler.step(optimizer)``, which unscales and skips a step
+    and contributes it to the run's extension points: ``around_backward`` (the backward runs
+    on ``scaler.scale(loss)``, so other plugins' backward wrappers compose with it),
+    ``around_step`` (``scaler.step(optimizer)``, which unscales and skips a step
     with inf/NaN gradients, then ``scaler.update()``), ``unscale_gradients``
     (``scaler.unscale_(optimizer)`` before gradient clipping), ``checkpoint`` (its state is saved with
     the run) and ``attribute`` (``accelerator.scaler``). With ``"bf16"`` or ``"no"`` there is
@@ -106,7 +107,7 @@ class GradScalerKwargs(KwargsHandler):
             return plan.note(text)
         scaler = self.build(state.device_type)
         unscale = _Unscale(scaler)
-        plan.contribute(BACKWARD, _ScaledBackward(scaler), text, provides=("loss_scaling",))
+        plan.contribute(AROUND_BACKWARD, _ScaledBackward(scaler), text, provides=("loss_scaling",))
         plan.contribute(
             AROUND_STEP,
             _ScaledStep(scaler, unscale),
@@ -151,15 +152,17 @@ class GradScalerKwargs(KwargsHandler):
 
 
 class _ScaledBackward:
-    """``backward`` contribution: ``scaler.scale(loss).backward(**kwargs)``."""
+    """``around_backward`` contribution: the rest of the chain, and the backward, run on
+    ``scaler.scale(loss)`` (a wrapper composed before the scaler sees the true loss, one
+    composed after it the scaled one)."""
 
     __slots__ = ("scaler",)
 
     def __init__(self, scaler: Any) -> None:
         self.scaler = scaler
 
-    def __call__(self, loss: Any, **kwargs: Any) -> None:
-        self.scaler.scale(loss).backward(**kwargs)
+    def __call__(self, loss: Any, proceed: Callable[[Any], None]) -> None:
+        proceed(self.scaler.scale(loss))
 
 
 _NO_STEP = object()

@@ -15,16 +15,16 @@ from accelkw_grad_scaler import GradScalerKwargs
 from accelkw_core import ConfigError
 from accelkw_core.plugin import (
     AFTER_STEP,
+    AROUND_BACKWARD,
     AROUND_STEP,
     ATTRIBUTE,
-    BACKWARD,
     CHECKPOINT,
     POINTS,
     AcceleratorState,
     StepContext,
 )
 from accelkw_core.runtime.composition import compose
-from accelkw_core.runtime.stepping import build_step
+from accelkw_core.runtime.stepping import build_step, run_backward
 from accelkw_core.testing import (
     HandlerContract,
     apply_handler,
@@ -46,7 +46,7 @@ REFERENCE_FIELDS = [
 class TinyTrainer:
     """A two-output linear model and SGD, stepped through a state's points as the runtime does.
 
-    ``accelerator.backward(loss)`` runs the ``backward`` contribution; an optimizer step runs the
+    ``accelerator.backward(loss)`` runs the ``around_backward`` chain; an optimizer step runs the
     ``around_step`` chain (built by the runtime's own :func:`build_step`).
     """
 
@@ -60,10 +60,9 @@ class TinyTrainer:
         self, state: AcceleratorState, inf_grad: bool = False, around: tuple[Any, ...] = ()
     ) -> bool:
         """One step through the state's points; returns whether the parameters changed."""
-        (backward,) = state.values(BACKWARD)
         self.opt.zero_grad()
         loss = self.model(torch.randn(4, 3)).pow(2).mean()
-        backward(loss)
+        run_backward(state.values(AROUND_BACKWARD), None, loss, {})
         if inf_grad:
             grad = self.model.weight.grad
             assert grad is not None
@@ -113,9 +112,8 @@ def test_a_step_with_an_inf_gradient_is_skipped_and_the_scale_backs_off(
 
 def test_the_backward_contribution_scales_the_loss() -> None:
     state, scaler = fp16_state(GradScalerKwargs(init_scale=1024.0))
-    (backward,) = state.values(BACKWARD)
     x = torch.tensor(3.0, requires_grad=True)
-    backward(x * 2.0)
+    run_backward(state.values(AROUND_BACKWARD), None, x * 2.0, {})
     assert x.grad is not None and x.grad.item() == 2.0 * 1024.0
     assert scaler.get_scale() == 1024.0
 
@@ -211,7 +209,7 @@ def test_the_plan_matches_apply_and_planning_contributes_nothing() -> None:
         "growth_interval=2000)"
     )
     assert [(s.point, s.key) for s in plan.steps] == [
-        ("backward", None),
+        ("around_backward", None),
         ("around_step", None),
         ("unscale_gradients", None),
         ("after_step", None),
@@ -306,7 +304,7 @@ def test_compose_fills_the_grad_scaler_slot() -> None:
     (applied,) = compose(state, [GradScalerKwargs(growth_interval=5)], registry=registry)
     assert isinstance(applied, GradScalerKwargs)
     assert state.keyed(ATTRIBUTE)["scaler"].get_growth_interval() == 5
-    (backward,) = state.contributions(BACKWARD)
+    (backward,) = state.contributions(AROUND_BACKWARD)
     assert backward.handler == "grad_scaler"
 
 
