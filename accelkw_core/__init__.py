@@ -35,13 +35,14 @@ if TYPE_CHECKING:
         UnknownHandlerError,
     )
     from accelkw_core.runtime.checkpoints.project import ProjectConfiguration
-    from accelkw_core.runtime.data_loader import skip_first_batches
-    from accelkw_core.runtime.dataloader_config import DataLoaderConfiguration
+    from accelkw_core.runtime.data.data_loader import skip_first_batches
+    from accelkw_core.runtime.data.dataloader_config import DataLoaderConfiguration
     from accelkw_core.runtime.memory import find_executable_batch_size
-    from accelkw_core.runtime.processes import DistributedType
-    from accelkw_core.runtime.state import AcceleratorState
+    from accelkw_core.runtime.processes.coordination import DistributedType
+    from accelkw_core.runtime.state import RunState
 
 if TYPE_CHECKING:  # the names that moved in 0.2, typed as what they are (they warn at run time)
+    AcceleratorState = RunState  # renamed in 0.2 (it warns at run time)
     from accelkw_core.config.selection import order_handlers as order_handlers
     from accelkw_core.config.selection import resolve_handlers as resolve_handlers
     from accelkw_core.contract.state import LogEntry as LogEntry
@@ -50,16 +51,16 @@ if TYPE_CHECKING:  # the names that moved in 0.2, typed as what they are (they w
     from accelkw_core.discovery.registry import PluginRecord as PluginRecord
     from accelkw_core.plugin import handler_field as handler_field
     from accelkw_core.plugin import hookimpl as hookimpl
-    from accelkw_core.runtime.composition import compose as compose
+    from accelkw_core.runtime.composing.composition import compose as compose
 
 _EXPORTS = {
     "Accelerator": "accelkw_core.accelerator",
-    "AcceleratorState": "accelkw_core.runtime.state",
+    "RunState": "accelkw_core.runtime.state",
     # What Accelerate's own examples import from ``accelerate`` itself.
-    "DataLoaderConfiguration": "accelkw_core.runtime.dataloader_config",
-    "DistributedType": "accelkw_core.runtime.processes",
+    "DataLoaderConfiguration": "accelkw_core.runtime.data.dataloader_config",
+    "DistributedType": "accelkw_core.runtime.processes.coordination",
     "find_executable_batch_size": "accelkw_core.runtime.memory",
-    "skip_first_batches": "accelkw_core.runtime.data_loader",
+    "skip_first_batches": "accelkw_core.runtime.data.data_loader",
     "KwargsHandler": "accelkw_core.contract.handler",
     "ProjectConfiguration": "accelkw_core.runtime.checkpoints.project",
     "Registry": "accelkw_core.discovery.registry",
@@ -82,7 +83,7 @@ _MOVED = {
     "hookimpl": "accelkw_core.plugin",
     "handler_field": "accelkw_core.plugin",
     "hookspec": "accelkw_core.discovery.hookspecs",
-    "compose": "accelkw_core.runtime.composition",
+    "compose": "accelkw_core.runtime.composing.composition",
     "order_handlers": "accelkw_core.config.selection",
     "resolve_handlers": "accelkw_core.config.selection",
     "HandlerInfo": "accelkw_core.discovery.registry",
@@ -90,9 +91,20 @@ _MOVED = {
     "LogEntry": "accelkw_core.contract.state",
 }
 
+# Names renamed in 0.2 (0.1 exported them here under their old name): they keep working through
+# 0.2 with a DeprecationWarning that names the new one, and go in 0.3.
+_RENAMED = {
+    "AcceleratorState": (
+        "RunState",
+        "accelkw_core.runtime.state",
+        "the run's state is accelkw_core.RunState (a handler types against the protocol "
+        "accelkw_core.plugin.AcceleratorState; Accelerate's accelerate.state.AcceleratorState is "
+        "accelkw_core.state.AcceleratorState)",
+    ),
+}
+
 __all__ = [
     "Accelerator",
-    "AcceleratorState",
     "AccelkwError",
     "CheckpointError",
     "ComposeError",
@@ -106,6 +118,7 @@ __all__ = [
     "PointConflictError",
     "ProjectConfiguration",
     "Registry",
+    "RunState",
     "UnknownHandlerError",
     "__version__",
     "find_executable_batch_size",
@@ -126,6 +139,15 @@ if not TYPE_CHECKING:
 def _lazy(name: str) -> Any:
     module = _EXPORTS.get(name)
     if module is None:
+        renamed = _RENAMED.get(name)
+        if renamed is not None:
+            new, where, advice = renamed
+            warnings.warn(
+                f"accelkw_core.{name} is deprecated since 0.2 and goes in 0.3: {advice}",
+                DeprecationWarning,
+                stacklevel=2,
+            )
+            return getattr(importlib.import_module(where), new)
         moved = _MOVED.get(name)
         if moved is None:
             raise AttributeError(f"module 'accelkw_core' has no attribute {name!r}")

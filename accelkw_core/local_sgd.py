@@ -13,7 +13,7 @@ from types import TracebackType
 from typing import TYPE_CHECKING, Any
 
 from accelkw_core.errors import ConfigError
-from accelkw_core.runtime.processes import DistributedType
+from accelkw_core.runtime.processes.coordination import DistributedType
 
 if TYPE_CHECKING:
     from accelkw_core.accelerator import Accelerator

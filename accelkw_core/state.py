@@ -16,9 +16,13 @@ from contextlib import contextmanager
 from typing import TYPE_CHECKING, Any
 
 from accelkw_core.runtime import collectives
-from accelkw_core.runtime.processes import DistributedType, distributed_type, goes_first, on_process
-from accelkw_core.runtime.state import AcceleratorState as RunState
-from accelkw_core.runtime.state import current_state
+from accelkw_core.runtime.processes.coordination import (
+    DistributedType,
+    distributed_type,
+    goes_first,
+    on_process,
+)
+from accelkw_core.runtime.state import RunState, current_state
 
 if TYPE_CHECKING:
     import torch

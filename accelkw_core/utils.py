@@ -60,13 +60,14 @@ from accelkw_core.runtime.availability import (
     is_xpu_available,
 )
 from accelkw_core.runtime.checkpoints.project import ProjectConfiguration
-from accelkw_core.runtime.dataloader_config import DataLoaderConfiguration
+from accelkw_core.runtime.data.dataloader_config import DataLoaderConfiguration
 from accelkw_core.runtime.memory import (
     clear_device_cache,
     find_executable_batch_size,
     should_reduce_batch_size,
 )
-from accelkw_core.runtime.operations import (
+from accelkw_core.runtime.processes.coordination import DistributedType
+from accelkw_core.runtime.processes.operations import (
     broadcast,
     broadcast_object_list,
     concatenate,
@@ -78,7 +79,6 @@ from accelkw_core.runtime.operations import (
     reduce,
     send_to_device,
 )
-from accelkw_core.runtime.processes import DistributedType
 from accelkw_core.runtime.seeding import set_seed
 from accelkw_core.tracking.selection import LoggerType
 
@@ -99,15 +99,15 @@ if TYPE_CHECKING:
     from accelkw_process_group import InitProcessGroupKwargs as InitProcessGroupKwargs
     from accelkw_profile import ProfileKwargs as ProfileKwargs
 
-    from accelkw_core.runtime.data_loader import SeedableRandomSampler as SeedableRandomSampler
-    from accelkw_core.runtime.data_loader import SkipBatchSampler as SkipBatchSampler
-    from accelkw_core.runtime.data_loader import skip_first_batches as skip_first_batches
+    from accelkw_core.runtime.data.data_loader import SeedableRandomSampler as SeedableRandomSampler
+    from accelkw_core.runtime.data.data_loader import SkipBatchSampler as SkipBatchSampler
+    from accelkw_core.runtime.data.data_loader import skip_first_batches as skip_first_batches
 
 # Names whose module imports torch: imported on first access, like the handler classes.
 _LAZY = {
-    "skip_first_batches": "accelkw_core.runtime.data_loader",
-    "SeedableRandomSampler": "accelkw_core.runtime.data_loader",
-    "SkipBatchSampler": "accelkw_core.runtime.data_loader",
+    "skip_first_batches": "accelkw_core.runtime.data.data_loader",
+    "SeedableRandomSampler": "accelkw_core.runtime.data.data_loader",
+    "SkipBatchSampler": "accelkw_core.runtime.data.data_loader",
 }
 
 __all__ = [

@@ -43,7 +43,7 @@ from accelkw_core.plugin import (
     handler_field,
     hookimpl,
 )
-from accelkw_core.runtime.composition import compose
+from accelkw_core.runtime.composing.composition import compose
 from accelkw_core.testing import isolated_registry, make_state
 
 SIZES = (50, 100, 200)

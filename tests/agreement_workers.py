@@ -158,9 +158,9 @@ def _fail_commit(rank: int, folder: Path) -> Any:
     A real ``EACCES`` from the rename into place, on the committing rank only; undone by
     calling what this returns, once the save was waited for.
     """
-    from accelkw_core.runtime.checkpoints import durable
+    from accelkw_core.runtime.checkpoints import atomic_folders
 
-    real = durable.commit_folder
+    real = atomic_folders.commit_folder
 
     def commit_folder(temporary: Path, final: Path) -> None:
         if final == folder:
@@ -168,12 +168,12 @@ def _fail_commit(rank: int, folder: Path) -> Any:
         real(temporary, final)
 
     def undo() -> None:
-        durable.commit_folder = real  # type: ignore[assignment]
+        atomic_folders.commit_folder = real  # type: ignore[assignment]
         if rank == 0:
             os.chmod(folder.parent, 0o755)
 
     if rank == 0:
-        durable.commit_folder = commit_folder  # type: ignore[assignment]
+        atomic_folders.commit_folder = commit_folder  # type: ignore[assignment]
     return undo
 
 

@@ -58,9 +58,9 @@ class Tripwire:
 
 
 def _arm_renames(n: int) -> None:
-    from accelkw_core.runtime.checkpoints import durable
+    from accelkw_core.runtime.checkpoints import atomic_folders
 
-    durable._exchange = lambda a, b: False  # type: ignore[attr-defined]
+    atomic_folders._exchange = lambda a, b: False  # type: ignore[attr-defined]
     real = os.rename
     seen = [0]
 
@@ -74,9 +74,9 @@ def _arm_renames(n: int) -> None:
 
 
 def _arm_write() -> None:
-    from accelkw_core.runtime.checkpoints import files
+    from accelkw_core.runtime.checkpoints import folder_io
 
-    # CheckpointWriter.finish syncs the files (files._sync_all) once every file is written
+    # CheckpointWriter.finish syncs the files (folder_io._sync_all) once every file is written
     # and hashed: killed there, the largest file cut short, as a crash before the disk had it
     # all leaves it.
     def sync_all(folder: Path, *args: Any) -> Any:
@@ -85,19 +85,19 @@ def _arm_write() -> None:
         largest.write_bytes(largest.read_bytes()[: largest.stat().st_size // 2])
         _kill()
 
-    files._sync_all = sync_all  # type: ignore[attr-defined]
+    folder_io._sync_all = sync_all  # type: ignore[attr-defined]
 
 
 def _arm_commit() -> None:
-    from accelkw_core.runtime.checkpoints import durable
+    from accelkw_core.runtime.checkpoints import atomic_folders
 
-    real = durable.commit_folder
+    real = atomic_folders.commit_folder
 
     def commit(temporary: Path, final: Path) -> None:
         real(temporary, final)
         _kill()
 
-    durable.commit_folder = commit
+    atomic_folders.commit_folder = commit
 
 
 def _arm_exchange(moment: str) -> None:
@@ -309,7 +309,7 @@ def moves(rank: int, run_dir: str) -> dict[str, Any]:
     import torch
 
     from accelkw_core import Accelerator, CheckpointError
-    from accelkw_core.runtime.checkpoints import durable
+    from accelkw_core.runtime.checkpoints import atomic_folders
     from accelkw_core.testing import isolated_registry, plugin_of
     from tests.runtime_helpers import GroupKwargs, SyncKwargs
 
@@ -350,20 +350,20 @@ def moves(rank: int, run_dir: str) -> dict[str, Any]:
     found["unchanged"] = before == (_plain(inner), repr(optimizer.state_dict()))
     refuses.armed = False
     # A commit that fails on the committing process: every process raises, none waits.
-    real = durable.commit_folder
+    real = atomic_folders.commit_folder
 
     def full(temporary: Path, final: Path) -> None:
         raise OSError(28, "No space left on device")
 
     if rank == 0:
-        durable.commit_folder = full
+        atomic_folders.commit_folder = full
     try:
         acc.save_state(out / "two")
         found["commit"] = ""
     except CheckpointError as exc:
         found["commit"] = str(exc)
     finally:
-        durable.commit_folder = real
+        atomic_folders.commit_folder = real
     acc.end_training()
     return found
 

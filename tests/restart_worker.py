@@ -84,15 +84,15 @@ class Faults:
         return {}
 
     def _arm_write(self, marker: Path) -> None:
-        from accelkw_core.runtime.checkpoints import files
+        from accelkw_core.runtime.checkpoints import folder_io
 
-        # CheckpointWriter.finish syncs the files (files._sync_all) once every file of the
+        # CheckpointWriter.finish syncs the files (folder_io._sync_all) once every file of the
         # save is written and hashed, so this kills with the files all there, before the
         # manifest.
         def sync_all(*args: Any) -> Any:
             self._kill_listing(marker)
 
-        files._sync_all = sync_all  # type: ignore[attr-defined]
+        folder_io._sync_all = sync_all  # type: ignore[attr-defined]
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
         pass

@@ -102,7 +102,7 @@ def test_a_prepared_scheduler_steps_only_on_real_steps() -> None:
 
 @pytest.mark.filterwarnings("ignore:Detected call of:UserWarning")  # stepped with no optimizer step
 def test_the_scheduler_steps_num_processes_times_and_honours_sync_and_total_steps() -> None:
-    from accelkw_core.runtime.scheduler import AcceleratedScheduler
+    from accelkw_core.runtime.preparing.scheduler import AcceleratedScheduler
 
     opt = torch.optim.SGD(torch.nn.Linear(1, 1).parameters(), lr=1.0)
     synced = [True]
@@ -134,7 +134,7 @@ def test_facts_and_process_helpers_on_one_process(capsys: pytest.CaptureFixture[
 
 
 def test_split_between_processes_shares_and_pads_like_accelerate() -> None:
-    from accelkw_core.runtime.processes import split_inputs
+    from accelkw_core.runtime.processes.coordination import split_inputs
 
     data = torch.arange(5).reshape(5, 1)
     shares = [split_inputs(data, make_state(world_size=3, rank=r), True) for r in range(3)]
@@ -147,7 +147,7 @@ def test_split_between_processes_shares_and_pads_like_accelerate() -> None:
 
 
 def test_distributed_type_follows_the_run_and_a_contribution() -> None:
-    from accelkw_core.runtime.processes import distributed_type
+    from accelkw_core.runtime.processes.coordination import distributed_type
 
     assert distributed_type(make_state(world_size=2)) is DistributedType.MULTI_CPU
     assert (

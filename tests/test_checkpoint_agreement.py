@@ -28,7 +28,7 @@ from accelkw_async_checkpoint import AsyncCheckpointKwargs
 
 from accelkw_core import Accelerator, CheckpointError
 from accelkw_core.plugin import TEARDOWN, KwargsHandler, Plan
-from accelkw_core.runtime.checkpoints import durable
+from accelkw_core.runtime.checkpoints import atomic_folders
 from accelkw_core.runtime.checkpoints.lock import lock_of
 from accelkw_core.runtime.checkpoints.manifest import read_manifest
 from accelkw_core.testing import isolated_registry, plugin_of, run_workers
@@ -196,14 +196,14 @@ def gated(monkeypatch: pytest.MonkeyPatch) -> Iterator[tuple[threading.Event, th
     """Background writes held at their first file until ``release`` is set; ``reached`` says
     one is held. SIGINT raises KeyboardInterrupt in this thread for the test's length."""
     reached, release = threading.Event(), threading.Event()
-    real = durable.open_new
+    real = atomic_folders.open_new
 
     def open_new(path: Path) -> Any:
         reached.set()
         release.wait(timeout=60)
         return real(path)
 
-    monkeypatch.setattr(durable, "open_new", open_new)
+    monkeypatch.setattr(atomic_folders, "open_new", open_new)
     previous = signal.signal(signal.SIGINT, signal.default_int_handler)
     try:
         yield reached, release

@@ -19,7 +19,7 @@ import torch
 from accelkw_async_checkpoint import AsyncCheckpointKwargs
 
 from accelkw_core import Accelerator, CheckpointError
-from accelkw_core.runtime.checkpoints import durable
+from accelkw_core.runtime.checkpoints import atomic_folders
 from accelkw_core.runtime.checkpoints.manifest import MANIFEST, read_manifest
 from accelkw_core.testing import isolated_registry, plugin_of, run_workers
 from tests import checkpoint_workers as workers
@@ -113,13 +113,13 @@ def test_a_background_failure_is_raised_at_the_next_call_and_the_last_checkpoint
     acc.save_state(tmp_path / "ckpt")
     acc.wait_for_checkpoints()
     kept = read_manifest(tmp_path / "ckpt")
-    real_open = durable.open_new
+    real_open = atomic_folders.open_new
 
     def open_new(path: Path) -> Any:
         fh = real_open(path)
         return _Full(fh, 0) if path.name == "optimizer.bin" else fh  # full at once
 
-    monkeypatch.setattr(durable, "open_new", open_new)
+    monkeypatch.setattr(atomic_folders, "open_new", open_new)
     step(acc, *objects[:3])
     acc.save_state(tmp_path / "ckpt")  # staged: the failure comes from the thread
     with pytest.raises(CheckpointError) as caught:
@@ -152,7 +152,7 @@ def test_a_folder_made_unwritable_under_a_background_save_is_raised_at_the_next_
     objects = trained(acc)
     acc.save_state(tmp_path / "warm")
     acc.wait_for_checkpoints()
-    real_open = durable.open_new
+    real_open = atomic_folders.open_new
     locked: list[Path] = []
 
     def open_new(path: Path) -> Any:
@@ -174,12 +174,12 @@ def test_a_folder_made_unwritable_under_a_background_save_is_raised_at_the_next_
         acc.wait_for_checkpoints()
         kept = read_manifest(place / "ckpt")
         step(acc, *objects[:3])
-        durable.open_new = open_new  # type: ignore[assignment]
+        atomic_folders.open_new = open_new  # type: ignore[assignment]
         acc.save_state(place / "ckpt")  # staged: the failure comes from the thread
         with pytest.raises(CheckpointError) as caught:
             acc.wait_for_everyone()
     finally:
-        durable.open_new = real_open
+        atomic_folders.open_new = real_open
         if as_root:
             os.seteuid(0)
         for folder in locked:
@@ -308,7 +308,7 @@ def test_fsdp2_sharded_state_goes_through_dcp_async_save_and_a_kill_in_it_keeps_
     assert any(isinstance(r, Exception) for r in killed)
     # Killed there: the save's temporary folder holds the model's DCP checkpoint, whole, and
     # not the optimizer's.
-    (temporary,) = tmp_path.glob(f".ckpt.*{durable.TMP_SUFFIX}")
+    (temporary,) = tmp_path.glob(f".ckpt.*{atomic_folders.TMP_SUFFIX}")
     assert (temporary / "pytorch_model_fsdp_0" / ".metadata").is_file()
     assert not (temporary / "optimizer_0" / ".metadata").exists()
     manifest = read_manifest(tmp_path / "ckpt")

@@ -11,7 +11,7 @@ import pytest
 import torch
 
 from accelkw_core import Accelerator
-from accelkw_core.runtime.checkpoints import durable
+from accelkw_core.runtime.checkpoints import atomic_folders
 from accelkw_core.testing import isolated_registry, run_workers
 
 
@@ -22,17 +22,17 @@ def test_the_rename_exchange_is_looked_up_once_per_process(
         raise AssertionError(f"find_library({name!r}) runs ldconfig in a subprocess")
 
     monkeypatch.setattr(ctypes.util, "find_library", find_library)
-    durable._renameat2.cache_clear()
+    atomic_folders._renameat2.cache_clear()
     acc = Accelerator(cpu=True, registry=isolated_registry([]))
     layer = acc.prepare(torch.nn.Linear(2, 2))
     acc.register_for_checkpointing(layer)
     for _ in range(3):  # the second and third commit over an existing folder
         acc.save_state(tmp_path / "ckpt")
-    info = durable._renameat2.cache_info()
+    info = atomic_folders._renameat2.cache_info()
     assert (info.misses, info.hits) == (1, 1)
     if sys.platform.startswith("linux"):
-        assert durable._renameat2() is not None
-    assert not durable.aside_of(tmp_path / "ckpt").exists()
+        assert atomic_folders._renameat2() is not None
+    assert not atomic_folders.aside_of(tmp_path / "ckpt").exists()
     acc.end_training()
 
 

@@ -25,8 +25,8 @@ import torch
 from accelkw_core import CheckpointError
 from accelkw_core.errors import CheckpointLockedError, CheckpointWarning
 from accelkw_core.plugin import CHECKPOINT, ApplyLoaded, KwargsHandler, Plan
-from accelkw_core.runtime.checkpoints import durable
-from accelkw_core.runtime.checkpoints.files import CheckpointReader, CheckpointWriter
+from accelkw_core.runtime.checkpoints import atomic_folders
+from accelkw_core.runtime.checkpoints.folder_io import FolderReader, FolderWriter
 from accelkw_core.runtime.checkpoints.lock import lock_of
 from accelkw_core.runtime.checkpoints.manifest import MANIFEST, read_manifest
 from tests.checkpoint_workers import Steps
@@ -74,7 +74,7 @@ def test_a_second_writer_is_refused_naming_the_holder_and_nothing_is_touched(
     trained(acc)
     # The holder's save is under way: its temporary folder (a unique name) and a previous
     # checkpoint are there.
-    live = durable.temporary_of(tmp_path / "ckpt", f"{holder.pid}-0badc0de")
+    live = atomic_folders.temporary_of(tmp_path / "ckpt", f"{holder.pid}-0badc0de")
     live.mkdir()
     (live / "optimizer.bin").write_bytes(b"being written")
     (tmp_path / "ckpt").mkdir()
@@ -87,7 +87,7 @@ def test_a_second_writer_is_refused_naming_the_holder_and_nothing_is_touched(
     assert f"host {socket.gethostname()}, pid {holder.pid}" in message
     assert _listing(tmp_path) == before
     # Another folder's save sweeps only temporaries whose save is gone: the live one stays.
-    dead = durable.temporary_of(tmp_path / "gone", "1-feedf00d")
+    dead = atomic_folders.temporary_of(tmp_path / "gone", "1-feedf00d")
     dead.mkdir()
     with pytest.warns(CheckpointWarning, match=r"removed \.gone\.1-feedf00d\.accelkw-tmp"):
         acc.save_state(tmp_path / "other")
@@ -241,13 +241,13 @@ def test_a_full_disk_at_any_file_fails_naming_it_and_keeps_the_previous_checkpoi
     objects = trained(acc)
     acc.save_state(tmp_path / "ckpt")
     saved = read_manifest(tmp_path / "ckpt")
-    real_open = durable.open_new
+    real_open = atomic_folders.open_new
 
     def open_new(path: Path) -> Any:
         fh = real_open(path)
         return _Full(fh, 16) if path.name == name else fh
 
-    monkeypatch.setattr(durable, "open_new", open_new)
+    monkeypatch.setattr(atomic_folders, "open_new", open_new)
     if name == "model.safetensors":
         # safetensors writes this file itself (save_file), so the disk fills up in the
         # library, which words it so (its message for a real EFBIG is checked in
@@ -348,14 +348,14 @@ class NestedKwargs(KwargsHandler):
     def plan(self, state: Any) -> Plan:
         return Plan(self.name).contribute(CHECKPOINT, self, "files in sub-folders")
 
-    def save_checkpoint(self, writer: CheckpointWriter) -> None:
+    def save_checkpoint(self, writer: FolderWriter) -> None:
         writer.write_bytes("nested/a/b/part.bin", b"deep")
         # A library writing its own files, recorded afterwards.
         (writer.folder / "nested" / "c").mkdir()
         (writer.folder / "nested" / "c" / "lib.bin").write_bytes(b"library")
         writer.record_tree("nested/c")
 
-    def read_checkpoint(self, reader: CheckpointReader) -> ApplyLoaded:
+    def read_checkpoint(self, reader: FolderReader) -> ApplyLoaded:
         reader.verify("nested/a/b/part.bin")
         reader.verify_tree("nested/c")
         return lambda: None
@@ -367,7 +367,7 @@ def test_every_folder_the_save_creates_is_fsynced_before_the_commit(
     acc = make(kwargs_handlers=[NestedKwargs()])
     trained(acc)
     synced: list[str] = []
-    real_sync, real_commit = durable.fsync_dir, durable.commit_folder
+    real_sync, real_commit = atomic_folders.fsync_dir, atomic_folders.commit_folder
     committed: list[Path] = []
 
     def fsync_dir(path: Path) -> None:
@@ -379,8 +379,8 @@ def test_every_folder_the_save_creates_is_fsynced_before_the_commit(
         real_commit(temporary, final)
         committed.append(temporary)
 
-    monkeypatch.setattr(durable, "fsync_dir", fsync_dir)
-    monkeypatch.setattr(durable, "commit_folder", commit_folder)
+    monkeypatch.setattr(atomic_folders, "fsync_dir", fsync_dir)
+    monkeypatch.setattr(atomic_folders, "commit_folder", commit_folder)
     acc.save_state(tmp_path / "ckpt")
     temporary = committed[0]
     created = {"", "nested", "nested/a", "nested/a/b", "nested/c"}

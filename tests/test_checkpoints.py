@@ -20,7 +20,7 @@ from safetensors.torch import load_file
 
 from accelkw_core import Accelerator, CheckpointError, ProjectConfiguration
 from accelkw_core.errors import CheckpointNotFoundError, CheckpointWarning, ConfigError
-from accelkw_core.runtime.checkpoints import durable
+from accelkw_core.runtime.checkpoints import atomic_folders
 from accelkw_core.runtime.checkpoints.manifest import MANIFEST, read_manifest
 from accelkw_core.testing import isolated_registry, plugin_of, run_workers
 from tests import checkpoint_workers as workers
@@ -311,7 +311,7 @@ def test_a_users_file_named_as_a_new_checkpoint_file_is_refused_and_kept(tmp_pat
 
 
 def test_a_temporary_left_by_a_killed_save_is_removed_by_the_next(tmp_path: Path) -> None:
-    stale = durable.temporary_of(tmp_path / "other", "4242-deadbeef")
+    stale = atomic_folders.temporary_of(tmp_path / "other", "4242-deadbeef")
     stale.mkdir()
     (stale / "optimizer.bin").write_bytes(b"half")
     legacy = tmp_path / ".ckpt.accelkw-tmp"  # as accelkw 0.2 named them
@@ -339,8 +339,8 @@ def test_a_commit_cut_between_its_two_renames_is_finished_or_undone(
     objects[3].n = 8
     acc.save_state(tmp_path / "next")
     new = snapshot(*objects)
-    os.rename(tmp_path / "ckpt", durable.aside_of(tmp_path / "ckpt"))
-    temporary = durable.temporary_of(tmp_path / "ckpt", "4242-deadbeef")
+    os.rename(tmp_path / "ckpt", atomic_folders.aside_of(tmp_path / "ckpt"))
+    temporary = atomic_folders.temporary_of(tmp_path / "ckpt", "4242-deadbeef")
     os.rename(tmp_path / "next", temporary)
     if not new_complete:
         (temporary / MANIFEST).unlink()
@@ -476,7 +476,7 @@ def test_a_save_killed_after_any_delay_leaves_the_old_or_the_new_checkpoint(
         time.sleep(delay)
         proc.send_signal(signal.SIGKILL)
         proc.wait(timeout=60)
-        durable.recover(run_dir / "ckpt", lambda p: (p / MANIFEST).exists())
+        atomic_folders.recover(run_dir / "ckpt", lambda p: (p / MANIFEST).exists())
         seen.append(_surviving(run_dir))
     assert set(seen) <= {"first", "second"}
 
@@ -496,7 +496,7 @@ def test_two_processes_killed_during_a_save_leave_a_whole_checkpoint(
     )
     assert any(isinstance(r, Exception) for r in results)
     if not (tmp_path / "ckpt").exists():
-        durable.recover(tmp_path / "ckpt", lambda p: (p / MANIFEST).exists())
+        atomic_folders.recover(tmp_path / "ckpt", lambda p: (p / MANIFEST).exists())
     expected = {"write": "first", "rename-2": "second", "commit": "second"}[moment]
     assert _surviving(tmp_path) == expected
     manifest = read_manifest(tmp_path / "ckpt")

@@ -339,8 +339,8 @@ def test_collect_errors_keeps_every_error_and_falls_back_to_defaults(tmp_path: P
 def test_a_handler_set_by_file_and_env_is_constructed_once(tmp_path: Path) -> None:
     from dataclasses import dataclass
 
-    from accelkw_core.runtime.composition import compose
-    from accelkw_core.runtime.state import AcceleratorState
+    from accelkw_core.runtime.composing.composition import compose
+    from accelkw_core.runtime.state import RunState
     from accelkw_core.testing import isolated_registry, plugin_of
 
     built: list[int] = []
@@ -362,5 +362,5 @@ def test_a_handler_set_by_file_and_env_is_constructed_once(tmp_path: Path) -> No
     (hs,) = settings.handlers
     assert (hs.handler.level, hs.handler.ratio, hs.handler.verbose) == (2, 0.25, True)
     built.clear()
-    compose(AcceleratorState(cpu=True), registry=registry, settings=settings)
+    compose(RunState(cpu=True), registry=registry, settings=settings)
     assert built == []  # compose applies what was resolved: no second resolve or build

@@ -7,15 +7,15 @@ from typing import Any
 
 import pytest
 
-from accelkw_core import AcceleratorState, ComposeError, HandlerApplyError, KwargsHandler
+from accelkw_core import ComposeError, HandlerApplyError, KwargsHandler, RunState
 from accelkw_core.config.selection import order_handlers, resolve_handlers
 from accelkw_core.plugin import ATTRIBUTE, MODEL_WRAPPER, TEARDOWN, hookimpl
-from accelkw_core.runtime.composition import compose
+from accelkw_core.runtime.composing.composition import compose
 from accelkw_core.testing import plugin_of
 
 
 def handler(name: str, after: tuple[str, ...] = (), fail: bool = False) -> type[KwargsHandler]:
-    def apply(self: Any, state: AcceleratorState) -> None:
+    def apply(self: Any, state: RunState) -> None:
         if fail:
             raise RuntimeError(f"{name} cannot apply")
         state.contribute(ATTRIBUTE, name, self.value)
@@ -34,7 +34,7 @@ def handler(name: str, after: tuple[str, ...] = (), fail: bool = False) -> type[
 def test_defaults_fill_in_every_enabled_installed_handler(fresh_registry: Any) -> None:
     A, B = handler("alpha"), handler("beta")
     reg = fresh_registry(plugin_of(A, B))
-    state = AcceleratorState(cpu=True)
+    state = RunState(cpu=True)
     applied = compose(state, [A(value=3)], registry=reg)
     assert [type(h) for h in applied] == [A, B]
     assert state.keyed(ATTRIBUTE) == {"alpha": 3, "beta": 0}
@@ -76,7 +76,7 @@ def test_unregistered_custom_handler_is_first_class(fresh_registry: Any) -> None
     A = handler("alpha")
     Custom = handler("custom", after=("alpha",))
     reg = fresh_registry(plugin_of(A))
-    state = AcceleratorState(cpu=True)
+    state = RunState(cpu=True)
     applied = compose(state, [Custom(value=9)], registry=reg)
     assert [h.name for h in applied] == ["alpha", "custom"]
     assert state.keyed(ATTRIBUTE)["custom"] == 9
@@ -124,7 +124,7 @@ def test_a_failing_apply_undoes_everything_before_it(fresh_registry: Any) -> Non
         handler("gamma", after=("beta",), fail=True),
     )
     reg = fresh_registry(plugin_of(A, B, C))
-    state = AcceleratorState(cpu=True)
+    state = RunState(cpu=True)
     undone: list[str] = []
     state.contribute(TEARDOWN, "outside", lambda: undone.append("outside"))
     with pytest.raises(HandlerApplyError) as info:
@@ -142,7 +142,7 @@ def test_a_failing_apply_undoes_everything_before_it(fresh_registry: Any) -> Non
 
 
 def test_a_failing_teardown_does_not_stop_the_others(fresh_registry: Any) -> None:
-    state = AcceleratorState(cpu=True)
+    state = RunState(cpu=True)
     ran: list[str] = []
     state.contribute(TEARDOWN, "first", lambda: ran.append("first"))
 
@@ -162,9 +162,9 @@ def test_state_ready_hook_sees_the_composed_state(fresh_registry: Any) -> None:
 
     class Watcher:
         @hookimpl
-        def accelkw_state_ready(self, state: AcceleratorState) -> None:
+        def accelkw_state_ready(self, state: RunState) -> None:
             seen.append(state.keyed(ATTRIBUTE)["alpha"])
 
     reg = fresh_registry(plugin_of(A), Watcher())
-    compose(AcceleratorState(cpu=True), [A(value=5)], registry=reg)
+    compose(RunState(cpu=True), [A(value=5)], registry=reg)
     assert seen == [5]

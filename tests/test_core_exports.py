@@ -23,14 +23,14 @@ def test_every_export_is_the_object_even_after_importing_every_submodule() -> No
 
 def test_names_moved_to_another_tier_still_work_with_a_deprecation_warning() -> None:
     from accelkw_core.plugin import hookimpl
-    from accelkw_core.runtime.composition import compose
+    from accelkw_core.runtime.composing.composition import compose
 
     with pytest.warns(
         DeprecationWarning,
         match=r"accelkw_core.hookimpl is deprecated since 0.2.*accelkw_core.plugin",
     ):
         assert accelkw_core.hookimpl is hookimpl
-    with pytest.warns(DeprecationWarning, match="accelkw_core.runtime.composition"):
+    with pytest.warns(DeprecationWarning, match="accelkw_core.runtime.composing.composition"):
         assert accelkw_core.compose is compose
     assert "hookimpl" not in accelkw_core.__all__
 
@@ -56,3 +56,13 @@ def test_all_lists_exactly_the_exports() -> None:
 def test_each_lazy_name_is_the_object_of_the_module_its_table_names() -> None:
     for name, module in accelkw_core._EXPORTS.items():
         assert getattr(accelkw_core, name) is getattr(importlib.import_module(module), name), name
+
+
+def test_the_old_name_of_the_run_state_still_works_with_a_deprecation_warning() -> None:
+    from accelkw_core.runtime.state import RunState
+
+    old = "AcceleratorState"  # the name 0.1 exported; accelkw_core.RunState now
+    with pytest.warns(DeprecationWarning, match=rf"accelkw_core\.{old} is deprecated"):
+        assert getattr(accelkw_core, old) is RunState
+    assert old not in accelkw_core.__all__
+    assert accelkw_core.RunState is RunState

@@ -1,10 +1,10 @@
-"""AcceleratorState: the run's facts from torchrun's environment, and its validation."""
+"""RunState: the run's facts from torchrun's environment, and its validation."""
 
 from __future__ import annotations
 
 import pytest
 
-from accelkw_core import AcceleratorState, ConfigError
+from accelkw_core import ConfigError, RunState
 
 
 @pytest.mark.needs_torch
@@ -17,7 +17,7 @@ def test_facts_come_from_torchrun_variables() -> None:
         "MASTER_ADDR": "10.1.2.3",
         "MASTER_PORT": "29500",
     }
-    s = AcceleratorState.from_env(env=env, cpu=True, mixed_precision="bf16")
+    s = RunState.from_env(env=env, cpu=True, mixed_precision="bf16")
     assert (s.rank, s.local_rank, s.world_size, s.local_world_size) == (3, 1, 4, 2)
     assert (s.master_addr, s.master_port) == ("10.1.2.3", 29500)
     assert s.distributed and not s.is_main_process
@@ -26,7 +26,7 @@ def test_facts_come_from_torchrun_variables() -> None:
 
 
 def test_single_process_defaults() -> None:
-    s = AcceleratorState.from_env(env={}, cpu=True)
+    s = RunState.from_env(env={}, cpu=True)
     assert (s.rank, s.world_size, s.local_world_size, s.master_port) == (0, 1, 1, None)
     assert not s.distributed and s.is_main_process
 
@@ -41,7 +41,7 @@ def test_single_process_defaults() -> None:
 )
 def test_bad_environment_names_the_variable(env: dict[str, str], field: str) -> None:
     with pytest.raises(ConfigError) as info:
-        AcceleratorState.from_env(env=env, cpu=True)
+        RunState.from_env(env=env, cpu=True)
     assert info.value.field == field and info.value.handler == "environment"
 
 
@@ -49,15 +49,15 @@ def test_rank_outside_world_and_bad_precision_are_errors() -> None:
     with pytest.raises(
         ConfigError, match=r"accelerator\.rank: got 2, expected an integer in \[0, 2\)"
     ):
-        AcceleratorState.from_env(env={"RANK": "2", "WORLD_SIZE": "2"}, cpu=True)
+        RunState.from_env(env={"RANK": "2", "WORLD_SIZE": "2"}, cpu=True)
     with pytest.raises(
         ConfigError, match=r"mixed_precision: got 'fp8', expected one of 'no', 'fp16', 'bf16'"
     ):
-        AcceleratorState(mixed_precision="fp8", cpu=True)
+        RunState(mixed_precision="fp8", cpu=True)
 
 
 def test_log_records_what_was_done_and_why_not() -> None:
-    s = AcceleratorState(cpu=True)
+    s = RunState(cpu=True)
     s.record("ddp", "world size 1, model not wrapped", applied=False)
     s.record("autocast", "bf16 autocast on cpu")
     assert s.messages("ddp") == ["world size 1, model not wrapped"]

@@ -18,10 +18,10 @@ from accelkw_core import Accelerator, DataLoaderConfiguration
 from accelkw_core.discovery.registry import Registry
 from accelkw_core.errors import BatchSizeError, ConfigError
 from accelkw_core.local_sgd import LocalSGD
-from accelkw_core.runtime.data_loader import BatchShard, skip_first_batches
+from accelkw_core.runtime.data.data_loader import BatchShard, skip_first_batches
 from accelkw_core.runtime.memory import find_executable_batch_size
-from accelkw_core.runtime.optimizer import AcceleratedOptimizer
-from accelkw_core.runtime.processes import DistributedType
+from accelkw_core.runtime.preparing.optimizer import AcceleratedOptimizer
+from accelkw_core.runtime.processes.coordination import DistributedType
 
 
 def _sampler(n: int, size: int, drop_last: bool = False) -> Any:
@@ -42,10 +42,10 @@ def test_each_shard_yields_as_many_batches_as_its_length(
 
 
 def test_split_batches_needs_a_batch_size_the_processes_divide() -> None:
-    from accelkw_core.runtime.data_loader import prepare_data_loader
-    from accelkw_core.runtime.state import AcceleratorState
+    from accelkw_core.runtime.data.data_loader import prepare_data_loader
+    from accelkw_core.runtime.state import RunState
 
-    state = AcceleratorState.from_env(env={"RANK": "0", "WORLD_SIZE": "2"}, cpu=True)
+    state = RunState.from_env(env={"RANK": "0", "WORLD_SIZE": "2"}, cpu=True)
     loader = torch.utils.data.DataLoader(torch.arange(9), batch_size=3)
     with pytest.raises(ConfigError, match="multiple of the 2 processes"):
         prepare_data_loader(loader, state, config=DataLoaderConfiguration(split_batches=True))

@@ -46,7 +46,7 @@ from accelkw_core.plugin import (
     handler_field,
     hookimpl,
 )
-from accelkw_core.runtime.composition import compose
+from accelkw_core.runtime.composing.composition import compose
 from accelkw_core.testing import isolated_registry, make_state, plugin_of
 
 REPO = Path(__file__).resolve().parent.parent
@@ -402,7 +402,7 @@ def test_plan_is_what_apply_carries_out_and_has_no_side_effects() -> None:
 
 
 def test_a_handler_written_before_plans_still_applies_and_plans_show_its_describe() -> None:
-    from accelkw_core.runtime.planning import plan_handler
+    from accelkw_core.runtime.composing.planning import plan_handler
 
     @dataclass
     class Legacy(KwargsHandler):
@@ -572,7 +572,7 @@ def test_explicit_fields_survive_replace_copy_and_pickle() -> None:
 # -- the core names no built-in ----------------------------------------------------------------
 
 # Reviewed literals equal to a built-in's name: Accelerate's method names in messages.
-ALLOWED = {("runtime/stepping.py", "autocast"), ("runtime/profiling.py", "profile")}
+ALLOWED = {("runtime/stepping/training_step.py", "autocast"), ("runtime/profiling.py", "profile")}
 SLOT_NAMES = {
     "grad_scaler",
     "autocast_factory",

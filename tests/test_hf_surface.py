@@ -90,9 +90,9 @@ def test_save_on_process_and_the_rest_of_the_members(tmp_path: Path) -> None:
 def join_worker(rank: int) -> dict[str, Any]:
     import torch.distributed as dist
 
-    from accelkw_core.runtime.data_loader import BatchShard
-    from accelkw_core.runtime.processes import Processes
-    from accelkw_core.runtime.state import AcceleratorState as RunState
+    from accelkw_core.runtime.data.data_loader import BatchShard
+    from accelkw_core.runtime.processes.coordination import Processes
+    from accelkw_core.runtime.state import RunState
 
     dist.init_process_group("gloo")
     # Join acts on accelerator devices only (as in Accelerate), and the device type is all it

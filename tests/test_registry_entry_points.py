@@ -17,9 +17,9 @@ def listing(site: Path, env: dict[str, str] | None = None) -> dict[str, dict]:
 
 
 COMPOSE_CHECK = """
-    from accelkw_core import AcceleratorState
-    from accelkw_core.runtime.composition import compose
-    state = AcceleratorState(cpu=True)
+    from accelkw_core import RunState
+    from accelkw_core.runtime.composing.composition import compose
+    state = RunState(cpu=True)
     applied = compose(state, [])
     print(",".join(type(h).name for h in applied))
     print("|".join(state.summary()))

@@ -221,8 +221,8 @@ KINDS: dict[str, Kind] = {
 # report what each did and what is left in the process.
 ACCELERATOR_CHECK = """
     import json, os, sys, warnings
-    from accelkw_core import Accelerator, AcceleratorState
-    from accelkw_core.runtime.composition import compose
+    from accelkw_core import Accelerator, RunState
+    from accelkw_core.runtime.composing.composition import compose
 
     out = {"error": None, "handlers": None, "warnings": []}
     with warnings.catch_warnings(record=True) as caught:
@@ -243,7 +243,7 @@ ACCELERATOR_CHECK = """
     out["warnings"] = [str(w.message) for w in caught]
     out["sticky_after"] = os.environ.get("ACCELKW_TEST_STICKY")
 
-    state = AcceleratorState(cpu=True)
+    state = RunState(cpu=True)
     try:
         compose(state, [])
     except Exception as exc:
@@ -395,11 +395,11 @@ def group_then_explode(rank: int, site: str, second_port: int) -> dict[str, Any]
         error = {"handler": exc.handler, "distribution": exc.distribution, "message": str(exc)}
     else:  # pragma: no cover - reported as a failure by the test
         error = None
-    from accelkw_core import AcceleratorState
-    from accelkw_core.runtime.composition import compose
+    from accelkw_core import RunState
+    from accelkw_core.runtime.composing.composition import compose
 
     os.environ["MASTER_PORT"] = str(second_port)
-    state = AcceleratorState.from_env(cpu=True)
+    state = RunState.from_env(cpu=True)
     try:
         compose(state, [handler])
     except HandlerApplyError as exc:

@@ -97,7 +97,7 @@ def test_mixed_precision_without_autocast_or_scaler_plugins_warns_with_the_pip_l
 
 
 def test_with_the_plugins_not_installed_the_warnings_give_the_pip_lines() -> None:
-    from accelkw_core.runtime.gaps import find_gaps
+    from accelkw_core.runtime.composing.missing_capabilities import find_gaps
 
     gaps = find_gaps(1, set(), installed={}, disabled={}, mixed_precision="fp16")
     assert gaps == [

@@ -12,7 +12,7 @@ from typing import Any, ClassVar
 
 import pytest
 
-from accelkw_core import AcceleratorState, ConfigError, HandlerApplyError, KwargsHandler
+from accelkw_core import ConfigError, HandlerApplyError, KwargsHandler, RunState
 from accelkw_core.contract.points import POINTS
 from accelkw_core.plugin import TEARDOWN, Plan, handler_field, hookimpl
 from accelkw_core.testing import (
@@ -41,7 +41,7 @@ class FirstKwargs(KwargsHandler):
 
     value: int = handler_field(1, doc="what to set", ge=0)
 
-    def apply(self, state: AcceleratorState) -> None:
+    def apply(self, state: RunState) -> None:
         GLOBAL_SETTINGS["first"] = self.value
         state.contribute(TEARDOWN, self.name, lambda: GLOBAL_SETTINGS.pop("first", None))
         state.record(self.name, f"set first={self.value}")
@@ -56,7 +56,7 @@ class SecondKwargs(KwargsHandler):
 
     fail: bool = handler_field(False, doc="raise in apply")
 
-    def apply(self, state: AcceleratorState) -> None:
+    def apply(self, state: RunState) -> None:
         if self.fail:
             raise RuntimeError("second failed on purpose")
         state.record(self.name, f"saw first={GLOBAL_SETTINGS.get('first')}")
@@ -65,7 +65,7 @@ class SecondKwargs(KwargsHandler):
 class BothPlugin:
     """A plugin object contributing both handlers and watching the state become ready."""
 
-    ready: ClassVar[list[AcceleratorState]] = []
+    ready: ClassVar[list[RunState]] = []
 
     @hookimpl
     def accelkw_register_handlers(self, register: Callable[[type[KwargsHandler]], None]) -> None:
@@ -73,7 +73,7 @@ class BothPlugin:
         register(FirstKwargs)
 
     @hookimpl
-    def accelkw_state_ready(self, state: AcceleratorState) -> None:
+    def accelkw_state_ready(self, state: RunState) -> None:
         self.ready.append(state)
 
 
@@ -195,7 +195,7 @@ def test_applied_reports_a_failing_teardown() -> None:
     class BadUndo(KwargsHandler):
         name: ClassVar[str] = "bad_undo"
 
-        def apply(self, state: AcceleratorState) -> None:
+        def apply(self, state: RunState) -> None:
             state.contribute(TEARDOWN, self.name, lambda: 1 / 0)
 
     with pytest.raises(AssertionError, match="bad_undo: ZeroDivisionError"), applied(BadUndo()):

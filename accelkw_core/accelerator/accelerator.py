@@ -28,22 +28,26 @@ from accelkw_core.discovery.default_registry import get_registry
 from accelkw_core.discovery.registry import Registry
 from accelkw_core.logs import configure_from_env
 from accelkw_core.runtime.accumulation import GradientState
+from accelkw_core.runtime.attribute_contributions import Extras
 from accelkw_core.runtime.checkpoints.load import LoadStateHook
+from accelkw_core.runtime.checkpoints.manager import Checkpoints, project_configuration
 from accelkw_core.runtime.checkpoints.project import ProjectConfiguration
 from accelkw_core.runtime.checkpoints.save import SaveStateHook
-from accelkw_core.runtime.composition import compose
-from accelkw_core.runtime.data import DataLoading, dataloader_configuration
-from accelkw_core.runtime.dataloader_config import DataLoaderConfiguration
-from accelkw_core.runtime.extras import Extras
-from accelkw_core.runtime.gaps import gaps_of_run, live_capabilities, warn_gaps
-from accelkw_core.runtime.keywords import handlers_from_keywords
-from accelkw_core.runtime.prepared import Prepared
-from accelkw_core.runtime.preparing import Preparation
-from accelkw_core.runtime.processes import DistributedType, Processes
+from accelkw_core.runtime.composing.composition import compose
+from accelkw_core.runtime.composing.keywords import handlers_from_keywords
+from accelkw_core.runtime.composing.missing_capabilities import (
+    gaps_of_run,
+    live_capabilities,
+    warn_gaps,
+)
+from accelkw_core.runtime.data.dataloader_config import DataLoaderConfiguration
+from accelkw_core.runtime.data.loading import DataLoading, dataloader_configuration
+from accelkw_core.runtime.preparing.preparation import Preparation
+from accelkw_core.runtime.preparing.prepared import Prepared
+from accelkw_core.runtime.processes.coordination import DistributedType, Processes
 from accelkw_core.runtime.profiling import Profiling
-from accelkw_core.runtime.saving import Checkpoints, project_configuration
-from accelkw_core.runtime.state import AcceleratorState, make_current
-from accelkw_core.runtime.stepping import Stepping
+from accelkw_core.runtime.state import RunState, make_current
+from accelkw_core.runtime.stepping.training_step import Stepping
 from accelkw_core.runtime.trackers import Trackers
 from accelkw_core.tracking.selection import LogWith, filter_trackers
 
@@ -111,7 +115,7 @@ class Accelerator:
             config=config,
             registry=registry,
         )
-        state = AcceleratorState.from_env(
+        state = RunState.from_env(
             mixed_precision=self.settings.mixed_precision, cpu=self.settings.cpu
         )
         if self.settings.config.path is not None:
@@ -147,7 +151,7 @@ class Accelerator:
         except BaseException:
             self.end_training()
             raise
-        # Built: accelkw_core.state's AcceleratorState()/PartialState() and get_logger's
+        # Built: accelkw_core.state's RunState()/PartialState() and get_logger's
         # loggers read this run from now on (a failed construction leaves the previous one).
         make_current(state)
 
@@ -274,29 +278,29 @@ class Accelerator:
     @property
     def sync_gradients(self) -> bool:
         """Whether this micro-step syncs gradients and steps the optimizer."""
-        return self._stepping.sync_gradients
+        return self.gradient_state.sync_gradients
 
     @sync_gradients.setter
     def sync_gradients(self, value: bool) -> None:
-        self._stepping.sync_gradients = value
+        self.gradient_state.sync_gradients = value
 
     @property
     def gradient_accumulation_steps(self) -> int:
         """Micro-steps per optimizer step (1 without an accumulation policy)."""
-        return self._stepping.gradient_accumulation_steps
+        return self.gradient_state.num_steps
 
     @gradient_accumulation_steps.setter
     def gradient_accumulation_steps(self, value: int) -> None:
-        self._stepping.gradient_accumulation_steps = value
+        self.gradient_state.num_steps = value
 
     @property
     def step(self) -> int:
         """The micro-step counter ``accumulate()`` advances (Accelerate's ``accelerator.step``)."""
-        return self._stepping.step
+        return self.gradient_state.step
 
     @step.setter
     def step(self, value: int) -> None:
-        self._stepping.step = value
+        self.gradient_state.step = value
 
     def no_sync(self, model: Any) -> AbstractContextManager[None]:
         """Hold back gradient synchronisation of ``model`` (a prepared model) in the block.
@@ -514,7 +518,7 @@ class Accelerator:
     ) -> Any:
         """``tensor`` (or nested tensors) padded with ``pad_index`` along ``dim`` to the largest
         size on any process, at the end (at the start with ``pad_first``), to gather them."""
-        from accelkw_core.runtime.operations import pad_across_processes
+        from accelkw_core.runtime.processes.operations import pad_across_processes
 
         return pad_across_processes(tensor, dim=dim, pad_index=pad_index, pad_first=pad_first)
 
@@ -588,7 +592,7 @@ class Accelerator:
         """
         step = self._checkpoints.load_state(input_dir, load_kwargs, **load_model_func_kwargs)
         if step is not None:
-            self._stepping.step = step
+            self.gradient_state.step = step
 
     def wait_for_checkpoints(self) -> None:
         """Wait until every checkpoint ``save_state`` handed to a background writer is committed.
@@ -781,7 +785,7 @@ class Accelerator:
 
 def _loader_progress() -> Any:
     # The data loader module imports torch; the Accelerator's module does not.
-    from accelkw_core.runtime.data_loader import LoaderProgress
+    from accelkw_core.runtime.data.data_loader import LoaderProgress
 
     return LoaderProgress()
 

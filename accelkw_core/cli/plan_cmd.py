@@ -64,15 +64,15 @@ def build_plan(
     from accelkw_core.discovery.default_registry import get_registry
     from accelkw_core.errors import ConfigError
     from accelkw_core.facts.environment import env_int
-    from accelkw_core.runtime.planning import plan_conflicts, plan_run
-    from accelkw_core.runtime.state import AcceleratorState
+    from accelkw_core.runtime.composing.planning import plan_conflicts, plan_run
+    from accelkw_core.runtime.state import RunState
 
     registry = get_registry()
     settings = resolve_settings(config=config, registry=registry, mixed_precision=mixed_precision)
     world_size = nproc if nproc is not None else env_int(os.environ, "WORLD_SIZE", 1, 1)
     if world_size < 1:
         raise ConfigError("plan", "nproc_per_node", world_size, "an integer >= 1")
-    state = AcceleratorState(
+    state = RunState(
         mixed_precision=settings.mixed_precision,
         cpu=settings.cpu,
         world_size=world_size,
@@ -134,11 +134,11 @@ def planned_conflicts(settings: Settings, registry: Registry) -> list[PointConfl
     """The point conflicts a run with ``settings`` would meet (world size from ``WORLD_SIZE``),
     for the commands that check a setup without planning it in full."""
     from accelkw_core.facts.environment import env_int
-    from accelkw_core.runtime.planning import plan_conflicts, plan_run
-    from accelkw_core.runtime.state import AcceleratorState
+    from accelkw_core.runtime.composing.planning import plan_conflicts, plan_run
+    from accelkw_core.runtime.state import RunState
 
     world_size = env_int(os.environ, "WORLD_SIZE", 1, 1)
-    state = AcceleratorState(
+    state = RunState(
         mixed_precision=settings.mixed_precision,
         cpu=settings.cpu,
         world_size=world_size,
@@ -156,8 +156,8 @@ def default_conflicts(registry: Registry) -> list[PointConflictError]:
     in each mixed precision on one and two processes: what ``plugins list --strict`` reports,
     a function of what is installed only. Each conflict once, by its point, key and handlers."""
     from accelkw_core.config.selection import handler_key, resolve_handlers
-    from accelkw_core.runtime.planning import plan_conflicts, plan_handler
-    from accelkw_core.runtime.state import AcceleratorState
+    from accelkw_core.runtime.composing.planning import plan_conflicts, plan_handler
+    from accelkw_core.runtime.state import RunState
 
     handlers = resolve_handlers((), registry=registry)
     who: dict[str, tuple[str | None, str | None]] = {}
@@ -168,7 +168,7 @@ def default_conflicts(registry: Registry) -> list[PointConflictError]:
     device = None if _torch_installed() else "cpu"
     for world_size in (1, 2):
         for precision in ("no", "fp16", "bf16"):
-            state = AcceleratorState(
+            state = RunState(
                 mixed_precision=precision,
                 world_size=world_size,
                 local_world_size=world_size,

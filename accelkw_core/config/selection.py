@@ -1,7 +1,7 @@
 """Which handlers a run composes: the user's plus installed defaults, in constraint order.
 
 Pure selection over handler classes and the registry; applying them to a state is
-:mod:`accelkw_core.runtime.composition`'s job.
+:mod:`accelkw_core.runtime.composing.composition`'s job.
 """
 
 from __future__ import annotations

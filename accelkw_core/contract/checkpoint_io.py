@@ -2,8 +2,9 @@
 
 ``save_state`` hands a :class:`CheckpointWriter` to every contribution that owns its files
 (``CheckpointOwner.save_checkpoint``, ``ModelCheckpoint.save_checkpoint``), and ``load_state``
-a :class:`CheckpointReader`. Both are ``Protocol``\\ s: the runtime's classes of the same names
-(in ``accelkw_core.runtime``) implement them, keeping every file durable and every read checked
+a :class:`CheckpointReader`. Both are ``Protocol``\\ s: the runtime's ``FolderWriter``
+and ``FolderReader`` (in ``accelkw_core.runtime.checkpoints``) implement them, keeping every
+file durable and every read checked
 against the checkpoint's manifest. A file name is relative to the checkpoint's folder.
 """
 
@@ -152,7 +153,8 @@ class CheckpointReader(CheckpointFolder, Protocol):
 class SaveJob(Protocol):
     """One ``save_state`` handed to a ``checkpoint_executor`` contribution.
 
-    The runtime's class of the same name (in ``accelkw_core.runtime.checkpoints``) implements it.
+    The runtime's ``BackgroundSave`` (in
+    ``accelkw_core.runtime.checkpoints.background_save``) implements it.
     ``folder``: the checkpoint folder it saves, known before :meth:`stage`, so an executor can
     wait for an earlier save of the same folder first; ``distributed``: whether the run has
     several processes (then :meth:`commit` needs the executor's process group); ``notes``: what

@@ -1,8 +1,8 @@
 """The state of a run as a handler sees it: its facts, its log and its extension points.
 
 :class:`AcceleratorState` here is a ``Protocol``: what a handler's ``plan``, a plan's actions and a
-step's contributions may read and call. The runtime's class of the same name
-(:class:`accelkw_core.AcceleratorState`, built by the ``Accelerator``) implements it; a plugin
+step's contributions may read and call. The runtime's class
+(:class:`accelkw_core.RunState`, built by the ``Accelerator``) implements it; a plugin
 types against this one, so it depends on the contract alone and never on how the runtime keeps
 the state.
 """

@@ -1,7 +1,8 @@
 """What an around-step or after-step contribution sees of one optimizer step.
 
 The runtime builds a :class:`StepContext` for every step of a prepared optimizer and runs the
-``around_step`` and ``after_step`` contributions on it (``accelkw_core.runtime.stepping``).
+``around_step`` and ``after_step`` contributions on it
+(``accelkw_core.runtime.stepping.training_step``).
 """
 
 from __future__ import annotations

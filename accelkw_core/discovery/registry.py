@@ -19,6 +19,7 @@ from accelkw_core.contract.handler import KwargsHandler
 from accelkw_core.contract.tracker import GeneralTracker
 from accelkw_core.discovery import compat, hookspecs
 from accelkw_core.discovery.entry_points import PluginEntryPoint, find_entry_points
+from accelkw_core.discovery.plugin_warnings import warn_troubles
 from accelkw_core.discovery.records import (
     CONFLICT,
     DISABLED,
@@ -33,7 +34,6 @@ from accelkw_core.discovery.records import (
     exception_text,
     normalize_name,
 )
-from accelkw_core.discovery.troubles import warn_troubles
 from accelkw_core.errors import (
     ConfigWarning,
     InvalidTrackerError,
@@ -390,7 +390,7 @@ class Registry:
         return [r for r in self.plugins() if r.status == INCOMPATIBLE]
 
     def warn_incompatible(self, skip: Iterable[str] = (), stacklevel: int = 2) -> None:
-        """Warn once per registry about each plugin a run goes without (see :mod:`.troubles`).
+        """Warn once per registry about each plugin a run goes without (:mod:`.plugin_warnings`).
 
         ``skip``: plugin or handler names the run leaves out anyway (disabled in its settings).
         """

@@ -19,7 +19,7 @@ from accelkw_core.discovery.catalog import provider_hint
 from accelkw_core.errors import ConfigError
 
 if TYPE_CHECKING:
-    from accelkw_core.runtime.state import AcceleratorState
+    from accelkw_core.runtime.state import RunState
 
 __all__ = [
     "AccumulationPolicy",
@@ -87,7 +87,7 @@ class GradientState:
         self.sync_gradients = True
 
     @classmethod
-    def from_state(cls, state: AcceleratorState, loaders: Any = None) -> GradientState:
+    def from_state(cls, state: RunState, loaders: Any = None) -> GradientState:
         """The gradient state of a run: its ``accumulation`` contribution, if any."""
         contributed = state.values(ACCUMULATION)
         return cls(contributed[0] if contributed else None, loaders)
@@ -96,6 +96,10 @@ class GradientState:
     def num_steps(self) -> int:
         """Micro-steps per optimizer step."""
         return int(self.policy.num_steps)
+
+    @num_steps.setter
+    def num_steps(self, value: int) -> None:
+        self.policy.num_steps = value
 
     @property
     def end_of_dataloader(self) -> bool:

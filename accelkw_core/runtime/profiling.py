@@ -16,10 +16,10 @@ from typing import TYPE_CHECKING, Any
 from accelkw_core.contract.points import PROFILER
 from accelkw_core.discovery.catalog import provider_hint
 from accelkw_core.runtime import collectives as ops
-from accelkw_core.runtime.planning import override_values
+from accelkw_core.runtime.composing.planning import override_values
 
 if TYPE_CHECKING:
-    from accelkw_core.runtime.state import AcceleratorState
+    from accelkw_core.runtime.state import RunState
 
 __all__ = ["NoProfiler", "Profiling"]
 
@@ -34,12 +34,12 @@ class NoProfiler:
 class Profiling:
     """The profiler of one run (``state``'s ``profiler`` contribution)."""
 
-    def __init__(self, state: AcceleratorState) -> None:
+    def __init__(self, state: RunState) -> None:
         self.state = state
         self._warned = False  # the missing profiler is said once per run
 
     @contextlib.contextmanager
-    def profile(self, profile_handler: Any = None) -> Iterator[Any]:
+    def profile(self, profile_handler: Any) -> Iterator[Any]:
         """Profile the block; yields the profiler (``NoProfiler`` with none configured)."""
         if profile_handler is not None:
             factories = override_values(self.state, profile_handler, PROFILER, "profile")

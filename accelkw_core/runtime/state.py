@@ -1,4 +1,4 @@
-"""``AcceleratorState``: the facts of the run and what handlers contributed to its extension points."""
+"""``RunState``: the facts of the run and what handlers contributed to its extension points."""
 
 from __future__ import annotations
 
@@ -19,7 +19,7 @@ if TYPE_CHECKING:
 
     from accelkw_core.contract.handler import KwargsHandler
 
-__all__ = ["MIXED_PRECISION_MODES", "AcceleratorState", "current_state", "make_current"]
+__all__ = ["MIXED_PRECISION_MODES", "RunState", "current_state", "make_current"]
 
 
 Teardown = Callable[[], None]
@@ -27,7 +27,7 @@ T = TypeVar("T")
 P = ParamSpec("P")
 
 
-class AcceleratorState:
+class RunState:
     """The facts of a run (rank, world size, device, mixed precision) and what handlers set up.
 
     Handlers take part in the run only through the extension points of
@@ -94,7 +94,7 @@ class AcceleratorState:
         cpu: bool = False,
         env: Mapping[str, str] | None = None,
         device_type: str | None = None,
-    ) -> AcceleratorState:
+    ) -> RunState:
         """Read the run's facts from the variables torchrun sets (``RANK``, ``WORLD_SIZE``, …)."""
         env = os.environ if env is None else env
         world_size = env_int(env, "WORLD_SIZE", 1, 1)
@@ -284,13 +284,13 @@ class AcceleratorState:
         self.capabilities = {}
         self.handlers = {}
 
-    def scratch(self) -> AcceleratorState:
+    def scratch(self) -> RunState:
         """A state with this one's facts and nothing contributed: for a handler passed per call.
 
         ``accelerator.autocast(autocast_handler=...)`` plans its handler on a scratch state and
         enters what it contributes, so a per-call override goes through the same points.
         """
-        other = AcceleratorState.__new__(AcceleratorState)
+        other = RunState.__new__(RunState)
         other.__dict__.update(self.__dict__)
         other.handlers, other.distributions, other.capabilities = {}, {}, {}
         other._points, other.log, other.timings = {}, [], {}
@@ -356,16 +356,16 @@ class AcceleratorState:
 
 
 # The state of the newest Accelerator of this process: what Accelerate's shared-state
-# singletons (``AcceleratorState()``, ``PartialState()``) read once an Accelerator exists.
-_current: list[AcceleratorState] = []
+# singletons (``RunState()``, ``PartialState()``) read once an Accelerator exists.
+_current: list[RunState] = []
 
 
-def make_current(state: AcceleratorState) -> None:
+def make_current(state: RunState) -> None:
     """Make ``state`` the process's current run (the ``Accelerator`` does, when it is built)."""
     _current[:] = [state]
 
 
-def current_state() -> AcceleratorState | None:
+def current_state() -> RunState | None:
     """The state of the newest ``Accelerator`` of this process, ``None`` before the first."""
     return _current[0] if _current else None
 

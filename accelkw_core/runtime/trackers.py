@@ -19,7 +19,7 @@ from accelkw_core.contract.tracker import GeneralTracker
 
 if TYPE_CHECKING:
     from accelkw_core.discovery.registry import Registry
-    from accelkw_core.runtime.state import AcceleratorState
+    from accelkw_core.runtime.state import RunState
 
 __all__ = ["Trackers"]
 
@@ -29,7 +29,7 @@ class Trackers:
     resolved it), built from ``registry``'s tracker classes on the main process."""
 
     def __init__(
-        self, state: AcceleratorState, log_with: list[str | GeneralTracker], registry: Registry
+        self, state: RunState, log_with: list[str | GeneralTracker], registry: Registry
     ) -> None:
         self.state = state
         #: What ``log_with`` resolved to: installed tracker names and tracker instances.
@@ -43,8 +43,8 @@ class Trackers:
     def init_trackers(
         self,
         project_name: str,
-        config: dict[str, Any] | None = None,
-        init_kwargs: Mapping[str, Mapping[str, Any]] | None = None,
+        config: dict[str, Any] | None,
+        init_kwargs: Mapping[str, Mapping[str, Any]] | None,
         *,
         logging_dir: str | None = None,
     ) -> None:
@@ -78,7 +78,7 @@ class Trackers:
             for tracker in self.trackers:
                 tracker.store_init_configuration(config)
 
-    def get_tracker(self, name: str, unwrap: bool = False) -> Any:
+    def get_tracker(self, name: str, unwrap: bool) -> Any:
         """The started tracker ``name`` (unwrapped: its run); a blank one when none started."""
         if not self.trackers:
             return GeneralTracker(_blank=True)
@@ -93,8 +93,8 @@ class Trackers:
     def log(
         self,
         values: dict[str, Any],
-        step: int | None = None,
-        log_kwargs: Mapping[str, Mapping[str, Any]] | None = None,
+        step: int | None,
+        log_kwargs: Mapping[str, Mapping[str, Any]] | None,
     ) -> None:
         """Write ``values`` at ``step`` to every started tracker (on the main process)."""
         if self.state.rank != 0:

@@ -54,7 +54,7 @@ from accelkw_core.contract.points import POINTS
 from accelkw_core.contract.tracker import GeneralTracker
 from accelkw_core.contract.validation import field_specs
 from accelkw_core.errors import AccelkwError
-from accelkw_core.runtime.state import AcceleratorState
+from accelkw_core.runtime.state import RunState
 from accelkw_core.testing.helpers import (
     free_port,
     isolated_registry,
@@ -80,7 +80,7 @@ _MULTI: tuple[dict[str, Any], ...] = (
 _TORCH_SETS = ("TORCHINDUCTOR_",)
 
 
-def _state(facts: Mapping[str, Any]) -> AcceleratorState:
+def _state(facts: Mapping[str, Any]) -> RunState:
     facts = dict(facts)
     addr = facts.pop("master_addr", None)
     if addr is None:
@@ -96,7 +96,7 @@ def _dist_initialized() -> bool:
     return bool(dist.is_available() and dist.is_initialized())
 
 
-def _facts(state: AcceleratorState) -> dict[str, Any]:
+def _facts(state: RunState) -> dict[str, Any]:
     # ``version`` counts contributions: it is bookkeeping that apply() moves, not a fact.
     return {
         k: v
@@ -105,7 +105,7 @@ def _facts(state: AcceleratorState) -> dict[str, Any]:
     }
 
 
-def _snapshot(state: AcceleratorState) -> dict[str, Any]:
+def _snapshot(state: RunState) -> dict[str, Any]:
     return {
         "attributes": sorted(vars(state)),
         "facts": _facts(state),

@@ -20,8 +20,8 @@ from accelkw_core.config.selection import handler_key
 from accelkw_core.contract.handler import KwargsHandler
 from accelkw_core.discovery.registry import Registry
 from accelkw_core.errors import WorkerFailed
-from accelkw_core.runtime.composition import compose
-from accelkw_core.runtime.state import AcceleratorState
+from accelkw_core.runtime.composing.composition import compose
+from accelkw_core.runtime.state import RunState
 
 __all__ = [
     "WorkerFailed",
@@ -52,12 +52,12 @@ def make_state(
     device_type: str = "cpu",
     local_rank: int | None = None,
     local_world_size: int | None = None,
-) -> AcceleratorState:
+) -> RunState:
     """A state for the given facts, with no process group and no environment read.
 
     The local rank and local world size default to the global ones (one machine).
     """
-    return AcceleratorState(
+    return RunState(
         mixed_precision=mixed_precision,
         cpu=device_type == "cpu",
         rank=rank,
@@ -68,9 +68,7 @@ def make_state(
     )
 
 
-def apply_handler(
-    handler: KwargsHandler, state: AcceleratorState | None = None
-) -> AcceleratorState:
+def apply_handler(handler: KwargsHandler, state: RunState | None = None) -> RunState:
     """Apply one handler to ``state`` (a fresh single-process CPU state by default) and return it.
 
     Only ``handler.apply`` runs: no other handler, no hook, no rollback, so its own exception
@@ -114,9 +112,9 @@ def compose_handlers(
     handlers: Sequence[KwargsHandler] = (),
     *,
     plugins: Iterable[object] = (),
-    state: AcceleratorState | None = None,
+    state: RunState | None = None,
     include_defaults: bool = True,
-) -> AcceleratorState:
+) -> RunState:
     """Compose ``handlers`` as the runtime does, in an isolated registry of ``plugins``.
 
     The handlers of ``plugins`` that are not in ``handlers`` join with default values (unless
@@ -134,9 +132,9 @@ def compose_handlers(
 def applied(
     *handlers: KwargsHandler,
     plugins: Iterable[object] = (),
-    state: AcceleratorState | None = None,
+    state: RunState | None = None,
     include_defaults: bool = False,
-) -> Iterator[AcceleratorState]:
+) -> Iterator[RunState]:
     """Compose ``handlers`` (see :func:`compose_handlers`), yield the state, then undo them.
 
     The teardowns run on exit even when the block raises, so a handler that changes process-wide

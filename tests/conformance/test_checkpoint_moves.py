@@ -18,7 +18,7 @@ import pytest
 import torch
 from safetensors.torch import load_file, save_file
 
-from accelkw_core.runtime.checkpoints import durable
+from accelkw_core.runtime.checkpoints import atomic_folders
 from accelkw_core.runtime.checkpoints.manifest import read_manifest
 from accelkw_core.testing import run_workers
 from tests import checkpoint_workers as workers
@@ -54,7 +54,7 @@ def _legacy(source: Path, target: Path) -> None:
     save_file({f"module.{k}": v for k, v in weights.items()}, target / "model.safetensors")
     manifest = read_manifest(target)
     assert manifest is not None
-    manifest.files["model.safetensors"] = durable.entry_of(target / "model.safetensors")
+    manifest.files["model.safetensors"] = atomic_folders.entry_of(target / "model.safetensors")
     manifest.write(target)
 
 

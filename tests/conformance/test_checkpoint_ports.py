@@ -23,7 +23,7 @@ import torch
 
 import accelkw_core
 from accelkw_core import CheckpointError, ConfigError
-from accelkw_core.runtime.checkpoints import durable
+from accelkw_core.runtime.checkpoints import atomic_folders
 from accelkw_core.runtime.checkpoints.aliases import with_aliases, without_aliases
 from accelkw_core.runtime.checkpoints.manifest import read_manifest
 from accelkw_core.runtime.checkpoints.participants import JOIN_TIMEOUT_ENV, join_timeout
@@ -103,7 +103,7 @@ def test_tied_weights_and_hooks_move_between_the_frameworks_on_one_and_two_proce
     assert f"unet/{port.UNET_WEIGHTS}" in solo.files
     assert any("holds none of process 1" in w for w in r1["solo-warnings"])
     assert not any("random states" in w for w in r0["solo-warnings"])
-    assert not list(tmp_path.glob(f".*{durable.TMP_SUFFIX}"))
+    assert not list(tmp_path.glob(f".*{atomic_folders.TMP_SUFFIX}"))
     # Accelerate resumes what two accelkw processes saved, together and from the main alone.
     for name in ("ours", "solo", "solo2"):
         loaded = _loaded_by(accelerate, tmp_path / name)
@@ -130,7 +130,7 @@ def test_a_failing_or_killed_save_hook_leaves_the_previous_checkpoint_whole(
     assert isinstance(caught.value.__cause__, RuntimeError)
     handle.remove()
     assert read_manifest(tmp_path / "ckpt") == before
-    assert not list(tmp_path.glob(f".*{durable.TMP_SUFFIX}"))
+    assert not list(tmp_path.glob(f".*{atomic_folders.TMP_SUFFIX}"))
 
     # A load hook that fails leaves every model as it was (the unet it loaded first too).
     def load_fails(models: list[Any], input_dir: str) -> None:
@@ -170,7 +170,7 @@ def test_a_failing_or_killed_save_hook_leaves_the_previous_checkpoint_whole(
         timeout=120,
     )
     assert proc.returncode == -9, proc.stderr.decode()[-2000:]
-    assert list(run.glob(f".*{durable.TMP_SUFFIX}")), "the kill was not inside the save"
+    assert list(run.glob(f".*{atomic_folders.TMP_SUFFIX}")), "the kill was not inside the save"
     first = _loaded_by(accelkw_core, run / "ckpt")
     again = accelkw_core.Accelerator(cpu=True)
     lm2, unet2, optimizer2 = port.script(accelkw_core, again)
@@ -180,7 +180,7 @@ def test_a_failing_or_killed_save_hook_leaves_the_previous_checkpoint_whole(
         warnings.simplefilter("always")
         again.save_state(run / "ckpt")  # the next save sweeps the dead one's temporary
     assert any("interrupted" in str(w.message) for w in notes)
-    assert not list(run.glob(f".*{durable.TMP_SUFFIX}"))
+    assert not list(run.glob(f".*{atomic_folders.TMP_SUFFIX}"))
     again.end_training()
 
 

@@ -55,7 +55,7 @@ def test_one_process_finds_a_batch_size_seeds_and_steps_schedule_free_alike(
 
 
 def test_a_compiled_model_around_ddp_unwraps_uncompiled_with_a_warning() -> None:
-    from accelkw_core.runtime.prepared import _compiled_around
+    from accelkw_core.runtime.preparing.prepared import _compiled_around
 
     model = torch.nn.Linear(2, 1)
     wrapped = torch.nn.Sequential(model)  # stands for the DDP wrapper inside torch.compile

@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING, Any
 from accelkw_core.errors import CheckpointError
 
 if TYPE_CHECKING:
-    from accelkw_core.runtime.state import AcceleratorState
+    from accelkw_core.runtime.state import RunState
 
 __all__ = ["agree", "alone", "barrier", "exchange", "failures", "node_of", "raise_agreed"]
 
@@ -36,13 +36,13 @@ def alone() -> Iterator[None]:
         _ALONE.reset(token)
 
 
-def _grouped(state: AcceleratorState) -> bool:
+def _grouped(state: RunState) -> bool:
     from accelkw_core.runtime import collectives as ops
 
     return state.distributed and ops.has_group() and not _ALONE.get()
 
 
-def exchange(state: AcceleratorState, value: Any, group: Any = None) -> list[Any]:
+def exchange(state: RunState, value: Any, group: Any = None) -> list[Any]:
     """Every process's ``value``, in rank order (``[value]`` without a process group).
 
     On ``group`` when given (a ``torch.distributed`` group), else on the default one.
@@ -61,7 +61,7 @@ def exchange(state: AcceleratorState, value: Any, group: Any = None) -> list[Any
 
 
 def failures(
-    state: AcceleratorState, error: BaseException | None, group: Any = None
+    state: RunState, error: BaseException | None, group: Any = None
 ) -> list[tuple[int, str]]:
     """``(rank, message)`` of every process that failed; every process gets the same list."""
     report = None if error is None else (state.rank, str(error))
@@ -77,12 +77,12 @@ def raise_agreed(error: BaseException | None, failed: list[tuple[int, str]]) -> 
         raise CheckpointError(f"(process {rank})", f"failed: {message}")
 
 
-def agree(state: AcceleratorState, error: BaseException | None, group: Any = None) -> None:
+def agree(state: RunState, error: BaseException | None, group: Any = None) -> None:
     """Raise on every process if any failed: the process's own error, else the first one's."""
     raise_agreed(error, failures(state, error, group))
 
 
-def barrier(state: AcceleratorState, group: Any = None) -> None:
+def barrier(state: RunState, group: Any = None) -> None:
     """Wait for every process (nothing to wait for without a process group)."""
     from accelkw_core.runtime import collectives as ops
 
@@ -96,6 +96,6 @@ def barrier(state: AcceleratorState, group: Any = None) -> None:
         dist.barrier(group=group)
 
 
-def node_of(state: AcceleratorState) -> int:
+def node_of(state: RunState) -> int:
     """The first rank of this process's machine (torchrun numbers a machine's ranks in a row)."""
     return state.rank - state.local_rank

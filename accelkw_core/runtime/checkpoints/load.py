@@ -29,7 +29,7 @@ from accelkw_core.errors import (
 )
 from accelkw_core.runtime.checkpoints.agreement import agree, failures
 from accelkw_core.runtime.checkpoints.aliases import with_aliases
-from accelkw_core.runtime.checkpoints.files import CheckpointReader
+from accelkw_core.runtime.checkpoints.folder_io import FolderReader
 from accelkw_core.runtime.checkpoints.layout import MODEL, SAFE_MODEL, Checkpointed, numbered
 from accelkw_core.runtime.checkpoints.lock import WriterLock
 from accelkw_core.runtime.checkpoints.manifest import read_manifest
@@ -37,7 +37,7 @@ from accelkw_core.runtime.checkpoints.random_states import random_states, set_ra
 from accelkw_core.runtime.checkpoints.save import recover_commit
 
 if TYPE_CHECKING:
-    from accelkw_core.runtime.state import AcceleratorState
+    from accelkw_core.runtime.state import RunState
 
 __all__ = ["MODULE_PREFIX", "LoadStateHook", "load_checkpoint"]
 
@@ -182,7 +182,7 @@ def _check_optimizer(path: Path, optimizer: Any, saved: Any) -> None:
         )
 
 
-def _read_model(reader: CheckpointReader, index: int) -> tuple[str, dict[str, Any]]:
+def _read_model(reader: FolderReader, index: int) -> tuple[str, dict[str, Any]]:
     safe, plain = numbered(SAFE_MODEL, index), numbered(MODEL, index)
     if reader.has(safe):
         return safe, reader.load_tensors(safe)
@@ -203,8 +203,8 @@ class _Read:
 
 
 def _read_models(
-    reader: CheckpointReader,
-    state: AcceleratorState,
+    reader: FolderReader,
+    state: RunState,
     what: Checkpointed,
     load_kwargs: dict[str, Any],
     model_kwargs: dict[str, Any],
@@ -276,8 +276,8 @@ def _read_models(
 
 
 def _read_all(
-    reader: CheckpointReader,
-    state: AcceleratorState,
+    reader: FolderReader,
+    state: RunState,
     what: Checkpointed,
     load_kwargs: dict[str, Any],
     model_kwargs: dict[str, Any],
@@ -344,7 +344,7 @@ def _read_all(
 
 
 def _read_random_states(
-    reader: CheckpointReader, state: AcceleratorState, what: Checkpointed, read: _Read
+    reader: FolderReader, state: RunState, what: Checkpointed, read: _Read
 ) -> None:
     name = f"random_states_{state.rank}.pkl"
     if reader.manifest is not None and name in reader.manifest.files:
@@ -433,7 +433,7 @@ def _restore(undo: list[Restore], refused: Restore | None, error: CheckpointErro
         error.problem += "; every object the load had changed was restored"
 
 
-def _recover_if_missing(state: AcceleratorState, folder: Path) -> BaseException | None:
+def _recover_if_missing(state: RunState, folder: Path) -> BaseException | None:
     """A commit cut short between its renames leaves no folder under the name: finish it."""
     if not state.is_main_process or folder.exists():
         return None
@@ -493,7 +493,7 @@ def _run_hooks(
 
 
 def _agree_or_restore(
-    state: AcceleratorState, error: BaseException | None, undo: list[Restore], folder: Path
+    state: RunState, error: BaseException | None, undo: list[Restore], folder: Path
 ) -> None:
     """Agree on a stage; on any process's failure, restore what ``undo`` holds and raise.
 
@@ -520,7 +520,7 @@ def _agree_or_restore(
 
 
 def load_checkpoint(
-    state: AcceleratorState,
+    state: RunState,
     folder: Path,
     what: Checkpointed,
     *,
@@ -571,7 +571,7 @@ def load_checkpoint(
         _agree_or_restore(state, error, kept, folder)
     read = _Read()
     try:
-        reader = CheckpointReader(folder, manifest, state)
+        reader = FolderReader(folder, manifest, state)
         read = _read_all(reader, state, what, dict(load_kwargs or {}), dict(model_kwargs or {}))
     except BaseException as exc:
         error = exc

@@ -18,7 +18,7 @@ import socket
 from pathlib import Path
 
 from accelkw_core.errors import CheckpointError, CheckpointLockedError
-from accelkw_core.runtime.checkpoints.durable import is_full, write_error
+from accelkw_core.runtime.checkpoints.atomic_folders import is_full, write_error
 
 __all__ = ["LOCK_SUFFIX", "WriterLock", "is_held", "lock_of"]
 

@@ -17,7 +17,12 @@ from typing import Any
 
 from accelkw_core._version import __version__
 from accelkw_core.errors import CheckpointError
-from accelkw_core.runtime.checkpoints.durable import FileEntry, checksum, mapped, write_durably
+from accelkw_core.runtime.checkpoints.atomic_folders import (
+    FileEntry,
+    checksum,
+    mapped,
+    write_durably,
+)
 
 __all__ = ["FORMAT", "MANIFEST", "Manifest", "read_manifest"]
 

@@ -34,7 +34,7 @@ from typing import TYPE_CHECKING, Any
 from accelkw_core.errors import ConfigError
 
 if TYPE_CHECKING:
-    from accelkw_core.runtime.state import AcceleratorState
+    from accelkw_core.runtime.state import RunState
 
 __all__ = ["FOLLOWER_FACTOR", "JOIN_TIMEOUT_ENV", "Participation", "join_timeout", "meet"]
 
@@ -95,7 +95,7 @@ def _text(value: bytes | str) -> str:
     return value.decode() if isinstance(value, bytes) else value
 
 
-def meet(state: AcceleratorState) -> Participation:
+def meet(state: RunState) -> Participation:
     """Who takes part in this save; no collective, so a lone main process never waits."""
     from accelkw_core.runtime import collectives as ops
 
@@ -129,7 +129,7 @@ def _moved_past(store: Any, rank: int, slot: int) -> None:
         time.sleep(next(pauses))
 
 
-def _lead(store: Any, state: AcceleratorState, timeout: float) -> Participation:
+def _lead(store: Any, state: RunState, timeout: float) -> Participation:
     deadline = time.monotonic() + timeout
     joined: list[str] = []
     everyone = True

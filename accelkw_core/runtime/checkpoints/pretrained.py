@@ -13,7 +13,7 @@ import re
 from pathlib import Path
 from typing import Any
 
-from accelkw_core.runtime.checkpoints import durable
+from accelkw_core.runtime.checkpoints import atomic_folders
 from accelkw_core.runtime.checkpoints.aliases import without_aliases
 from accelkw_core.runtime.checkpoints.layout import MODEL, SAFE_MODEL
 
@@ -54,10 +54,10 @@ def save_pretrained(
 
 
 def _replace_bytes(path: Path, data: bytes | memoryview) -> None:
-    temporary = path.with_name(f".{path.name}{durable.TMP_SUFFIX}")
-    durable.write_durably(temporary, data)
+    temporary = path.with_name(f".{path.name}{atomic_folders.TMP_SUFFIX}")
+    atomic_folders.write_durably(temporary, data)
     os.replace(temporary, path)
-    durable.fsync_dir(path.parent)
+    atomic_folders.fsync_dir(path.parent)
 
 
 def _replace_file(path: Path, tensors: dict[str, Any], safe: bool) -> None:

@@ -6,7 +6,7 @@ folder it names, checks that the folder can be replaced, finishes or undoes a co
 cut short, removes the temporaries of saves whose process is gone, and makes a temporary folder
 of a name unique to this save. Every process writes its files there (written, then synced);
 the processes agree that every write succeeded; the committing process writes the manifest and
-moves the folder into place (:mod:`~accelkw_core.runtime.checkpoints.durable`), and the
+moves the folder into place (:mod:`~accelkw_core.runtime.checkpoints.atomic_folders`), and the
 processes agree on that too. A failure at any stage, on any process, is raised by every process
 at once, the temporary folder is removed and the previous checkpoint is left as it was.
 """
@@ -22,7 +22,7 @@ from typing import TYPE_CHECKING, Any
 from accelkw_core.contract.contributions import CheckpointOwner
 from accelkw_core.contract.points import CHECKPOINT, MODEL_CHECKPOINT, MODEL_STATE
 from accelkw_core.errors import CheckpointError
-from accelkw_core.runtime.checkpoints import durable
+from accelkw_core.runtime.checkpoints import atomic_folders
 from accelkw_core.runtime.checkpoints.agreement import (
     agree,
     exchange,
@@ -31,7 +31,7 @@ from accelkw_core.runtime.checkpoints.agreement import (
     raise_agreed,
 )
 from accelkw_core.runtime.checkpoints.aliases import without_aliases
-from accelkw_core.runtime.checkpoints.files import CheckpointWriter
+from accelkw_core.runtime.checkpoints.folder_io import FolderWriter
 from accelkw_core.runtime.checkpoints.layout import (
     MODEL,
     SAFE_MODEL,
@@ -45,7 +45,7 @@ from accelkw_core.runtime.checkpoints.random_states import random_states
 from accelkw_core.runtime.checkpoints.staging import StagingWriter
 
 if TYPE_CHECKING:
-    from accelkw_core.runtime.state import AcceleratorState
+    from accelkw_core.runtime.state import RunState
 
 #: ``hook(models, weights, output_dir)``: Accelerate's ``register_save_state_pre_hook``.
 SaveStateHook = Callable[[list[Any], list[Any], str], None]
@@ -60,7 +60,7 @@ __all__ = [
 ]
 
 
-def model_state_dict(state: AcceleratorState, model: Any, unwrapped: Any) -> dict[str, Any]:
+def model_state_dict(state: RunState, model: Any, unwrapped: Any) -> dict[str, Any]:
     """``model``'s weights through the ``model_state`` contribution, else ``unwrapped.state_dict()``."""
     contributed = state.values(MODEL_STATE)
     if contributed:
@@ -68,7 +68,7 @@ def model_state_dict(state: AcceleratorState, model: Any, unwrapped: Any) -> dic
     return dict(unwrapped.state_dict())
 
 
-def _committer(state: AcceleratorState, on_each_node: bool) -> bool:
+def _committer(state: RunState, on_each_node: bool) -> bool:
     return state.local_rank == 0 if on_each_node else state.is_main_process
 
 
@@ -79,7 +79,7 @@ def _written(folder: Path) -> bool:
 
 def recover_commit(folder: Path) -> str | None:
     """Finish or undo a commit of ``folder`` a crash cut short; what it did, or ``None``."""
-    return durable.recover(folder, _written)
+    return atomic_folders.recover(folder, _written)
 
 
 def target_of(folder: Path) -> Path:
@@ -116,13 +116,13 @@ def _check_replaceable(folder: Path) -> None:
 def _sweep(folder: Path) -> list[str]:
     """Remove the temporaries of saves that died; a live save's (its lock held) is left alone."""
     notes = []
-    for stale in durable.stale_temporaries(folder.parent):
-        owner = durable.owner_of(stale)
+    for stale in atomic_folders.stale_temporaries(folder.parent):
+        owner = atomic_folders.owner_of(stale)
         # Ours are stale: this process holds our lock and has not made its temporary yet.
         if owner is None or (owner != folder.name and is_held(folder.with_name(owner))):
             continue
         try:
-            durable.remove_tree(stale)
+            atomic_folders.remove_tree(stale)
         except OSError as exc:
             # It holds no checkpoint: left there, it stands in no save's way.
             notes.append(f"could not remove {stale.name}, left by a save that failed ({exc})")
@@ -139,7 +139,7 @@ def _discard(temporary: Path) -> None:
     left (it holds no checkpoint under a final name).
     """
     with contextlib.suppress(OSError):
-        durable.remove_tree(temporary)
+        atomic_folders.remove_tree(temporary)
 
 
 def _prepare_target(folder: Path) -> list[str]:
@@ -150,7 +150,7 @@ def _prepare_target(folder: Path) -> list[str]:
     try:
         folder.parent.mkdir(parents=True, exist_ok=True)
     except OSError as exc:
-        raise durable.write_error(folder.parent, exc, "created") from exc
+        raise atomic_folders.write_error(folder.parent, exc, "created") from exc
     _check_replaceable(folder)
     recovered = recover_commit(folder)
     if recovered:
@@ -159,7 +159,7 @@ def _prepare_target(folder: Path) -> list[str]:
     return notes
 
 
-def _distributions(state: AcceleratorState, keys: Sequence[str]) -> dict[str, str]:
+def _distributions(state: RunState, keys: Sequence[str]) -> dict[str, str]:
     """The distribution that shipped each saved handler state (by its key), where one did: a
     load without it installed names what to install."""
     wanted = set(keys)
@@ -187,8 +187,8 @@ def _owned(folder: Path, written: Collection[str]) -> Callable[[str], bool]:
 
 
 def _write_states(
-    writer: CheckpointWriter,
-    state: AcceleratorState,
+    writer: FolderWriter,
+    state: RunState,
     what: Checkpointed,
     weights: Sequence[dict[str, Any]],
     *,
@@ -239,19 +239,17 @@ def _start(
     try:
         lock.acquire()
         notes = _prepare_target(target)
-        temporary = durable.temporary_of(target, durable.new_token())
+        temporary = atomic_folders.temporary_of(target, atomic_folders.new_token())
         try:
             temporary.mkdir()
         except OSError as exc:
-            raise durable.write_error(temporary, exc, "created") from exc
+            raise atomic_folders.write_error(temporary, exc, "created") from exc
         return temporary, notes, None
     except BaseException as exc:
         return None, [], exc
 
 
-def _shared_temporary(
-    state: AcceleratorState, mine: Path | None, error: BaseException | None
-) -> Path:
+def _shared_temporary(state: RunState, mine: Path | None, error: BaseException | None) -> Path:
     """The temporary folder this process writes into: its machine's committer's."""
     report = (node_of(state), None if mine is None else str(mine), str(error) if error else None)
     reports = exchange(state, report)
@@ -267,7 +265,7 @@ def _shared_temporary(
 
 
 def begin_save(
-    state: AcceleratorState,
+    state: RunState,
     folder: Path,
     what: Checkpointed,
     weights: Sequence[dict[str, Any]],
@@ -288,7 +286,7 @@ def begin_save(
     (:class:`~accelkw_core.runtime.checkpoints.staging.StagingWriter`) and the processes agree
     that staging succeeded (a state torch would refuse fails here, on every process).
     :meth:`PendingSave.complete` does the rest, on any thread; ``group`` is the process group
-    it will agree on, given to the contributions (``CheckpointWriter.group``) for the
+    it will agree on, given to the contributions (``FolderWriter.group``) for the
     collectives of writes they go on with in the background.
 
     ``hooks`` (``register_save_state_pre_hook``'s) are called first, on every process, with the
@@ -304,7 +302,7 @@ def begin_save(
         mine, notes, error = _start(target, lock)
         temporary = _shared_temporary(state, mine, error)
         writer = (
-            StagingWriter(temporary, state, group) if staged else CheckpointWriter(temporary, state)
+            StagingWriter(temporary, state, group) if staged else FolderWriter(temporary, state)
         )
         handlers: list[str] = []
         try:
@@ -352,12 +350,12 @@ class PendingSave:
 
     def __init__(
         self,
-        state: AcceleratorState,
+        state: RunState,
         folder: Path,
         target: Path,
         lock: WriterLock | None,
         temporary: Path,
-        writer: CheckpointWriter,
+        writer: FolderWriter,
         handlers: list[str],
         error: BaseException | None,
         step: int,
@@ -396,7 +394,7 @@ class PendingSave:
             try:
                 try:
                     if isinstance(writer, StagingWriter):
-                        real = CheckpointWriter(temporary, state)
+                        real = FolderWriter(temporary, state)
                         try:
                             writer.replay(real)
                         finally:
@@ -410,7 +408,7 @@ class PendingSave:
                 try:
                     entries.update(_unlisted(temporary, entries))
                 except OSError as exc:
-                    error = durable.write_error(temporary, exc, "listed")
+                    error = atomic_folders.write_error(temporary, exc, "listed")
             if error is not None or entries is None:
                 if committer:
                     _discard(temporary)
@@ -420,7 +418,9 @@ class PendingSave:
                 try:
                     # A user's own files in the folder (not the previous checkpoint's) are
                     # carried into the new one: a save replaces only what a save wrote.
-                    durable.keep_others(self._target, temporary, _owned(self._target, entries))
+                    atomic_folders.keep_others(
+                        self._target, temporary, _owned(self._target, entries)
+                    )
                     Manifest(
                         world_size=state.world_size,
                         step=self._step,
@@ -428,10 +428,10 @@ class PendingSave:
                         distributions=_distributions(self.state, self._handlers),
                         files=entries,
                     ).write(temporary)
-                    durable.commit_folder(temporary, self._target)
+                    atomic_folders.commit_folder(temporary, self._target)
                 except BaseException as exc:
                     error = (
-                        durable.write_error(temporary, exc, "committed")
+                        atomic_folders.write_error(temporary, exc, "committed")
                         if isinstance(exc, OSError)
                         else exc
                     )
@@ -460,30 +460,30 @@ def _run_hooks(
 
 
 def _unlisted(
-    temporary: Path, listed: dict[str, durable.FileEntry]
-) -> dict[str, durable.FileEntry]:
+    temporary: Path, listed: dict[str, atomic_folders.FileEntry]
+) -> dict[str, atomic_folders.FileEntry]:
     """The files in ``temporary`` no writer recorded (a save-state hook's), synced and hashed.
 
     Looked for once every process has finished writing, so each is whole.
     """
-    found: dict[str, durable.FileEntry] = {}
+    found: dict[str, atomic_folders.FileEntry] = {}
     for dirpath, _, files in os.walk(temporary):
         for file in files:
             path = Path(dirpath) / file
             name = path.relative_to(temporary).as_posix()
             if name not in listed and name != MANIFEST:
-                found[name] = durable.entry_of(path)
+                found[name] = atomic_folders.entry_of(path)
     return found
 
 
 def _gather_entries(
-    state: AcceleratorState,
-    writer: CheckpointWriter,
+    state: RunState,
+    writer: FolderWriter,
     error: BaseException | None,
     *,
     per_node: bool,
     group: Any = None,
-) -> dict[str, durable.FileEntry] | None:
+) -> dict[str, atomic_folders.FileEntry] | None:
     """The files the processes wrote, or ``None`` when any process failed.
 
     With ``per_node`` (``save_on_each_node``) only those of this machine's processes, which
@@ -491,7 +491,7 @@ def _gather_entries(
     """
     mine = None if error is not None else dict(writer.entries)
     reports = exchange(state, (node_of(state), str(error) if error else None, mine), group)
-    merged: dict[str, durable.FileEntry] = {}
+    merged: dict[str, atomic_folders.FileEntry] = {}
     for node, failure, entries in reports:
         if failure is not None or entries is None:
             return None

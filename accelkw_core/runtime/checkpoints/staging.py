@@ -2,7 +2,7 @@
 
 A save handed to a checkpoint executor (``checkpoint_executor`` point) writes its files later,
 on another thread, while the caller trains. :class:`StagingWriter` takes the place of the
-:class:`~accelkw_core.runtime.checkpoints.files.CheckpointWriter` while the save's layout is
+:class:`~accelkw_core.runtime.checkpoints.folder_io.FolderWriter` while the save's layout is
 written: every write is kept, as a copy that shares no storage with a live object, and
 :meth:`StagingWriter.replay` later hands the same writes, in the same order, to a real writer.
 The files are then the ones a synchronous save writes, byte for byte: :func:`staged` copies
@@ -23,10 +23,10 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from accelkw_core.runtime.checkpoints.files import CheckpointWriter
+from accelkw_core.runtime.checkpoints.folder_io import FolderWriter
 
 if TYPE_CHECKING:
-    from accelkw_core.runtime.state import AcceleratorState
+    from accelkw_core.runtime.state import RunState
 
 __all__ = ["StagingWriter", "staged"]
 
@@ -84,14 +84,14 @@ def _staged_tensor(tensor: Any, memo: dict[Any, Any]) -> Any:
     return out
 
 
-class StagingWriter(CheckpointWriter):
-    """A :class:`CheckpointWriter` that keeps every write, staged, for :meth:`replay`.
+class StagingWriter(FolderWriter):
+    """A :class:`FolderWriter` that keeps every write, staged, for :meth:`replay`.
 
     ``save(..., owner=...)`` still serialises and checks the state now (a state torch would
     refuse fails the save at once, naming its owner); the rest is copied by :func:`staged`.
     """
 
-    def __init__(self, folder: Path, state: AcceleratorState, group: Any = None) -> None:
+    def __init__(self, folder: Path, state: RunState, group: Any = None) -> None:
         super().__init__(folder, state)
         self._ops: list[tuple[str, str, Any]] = []
         self._memo: dict[Any, Any] = {}
@@ -109,7 +109,7 @@ class StagingWriter(CheckpointWriter):
 
     def later(
         self,
-        finish: Callable[[CheckpointWriter], None],
+        finish: Callable[[FolderWriter], None],
         cancel: Callable[[], None] | None = None,
     ) -> None:
         self._ops.append(("later", "", (finish, cancel)))
@@ -142,7 +142,7 @@ class StagingWriter(CheckpointWriter):
             torch.cuda.synchronize()
         self._memo.clear()
 
-    def replay(self, writer: CheckpointWriter) -> None:
+    def replay(self, writer: FolderWriter) -> None:
         """Make every kept write through ``writer`` (the real one), in order; keeps nothing.
 
         When one fails, the background writes not yet ended are cancelled (see

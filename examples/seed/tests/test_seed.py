@@ -15,9 +15,9 @@ import pytest
 import torch
 from accelkw_seed import Seeded, SeedKwargs, plugin
 
-from accelkw_core import AcceleratorState, ConfigError
+from accelkw_core import ConfigError, RunState
 from accelkw_core.plugin import ATTRIBUTE
-from accelkw_core.runtime.composition import compose
+from accelkw_core.runtime.composing.composition import compose
 from accelkw_core.testing import (
     HandlerContract,
     applied,
@@ -266,7 +266,7 @@ def test_importing_the_plugin_does_not_import_torch() -> None:
 
 def seeded_draw(rank: int) -> list[float]:
     # The facts come from the variables torchrun sets (RANK, WORLD_SIZE), as in a real launch.
-    state = AcceleratorState.from_env(cpu=True)
+    state = RunState.from_env(cpu=True)
     compose(state, [SeedKwargs(seed=11)], registry=isolated_registry([plugin]))
     values: list[float] = torch.randn(3).tolist()
     return values

@@ -16,7 +16,7 @@ from accelkw_autocast.handler import outputs_to_fp32
 
 from accelkw_core import ConfigError
 from accelkw_core.plugin import FORWARD_CONTEXT, FORWARD_OUTPUT
-from accelkw_core.runtime.composition import compose
+from accelkw_core.runtime.composing.composition import compose
 from accelkw_core.testing import (
     HandlerContract,
     apply_handler,

@@ -8,7 +8,7 @@ import torch
 import torch.distributed as dist
 from accelkw_ddp import DistributedDataParallelKwargs
 
-from accelkw_core import AcceleratorState, ConfigError, KwargsHandler
+from accelkw_core import ConfigError, KwargsHandler, RunState
 from accelkw_core.plugin import MODEL_WRAPPER
 from accelkw_core.testing import apply_handler
 
@@ -38,7 +38,7 @@ def make_batch(step: int) -> tuple[torch.Tensor, torch.Tensor]:
     return torch.randn(BATCH, 4, generator=generator), torch.randn(BATCH, 2, generator=generator)
 
 
-def wrap(state: AcceleratorState, model: torch.nn.Module) -> Any:
+def wrap(state: RunState, model: torch.nn.Module) -> Any:
     """``model`` through the state's ``model_wrapper`` contributions, in order, as prepare does."""
     for wrapper in state.values(MODEL_WRAPPER):
         model = wrapper(model)
@@ -77,7 +77,7 @@ def wrap_and_train(rank: int, steps: int) -> dict[str, Any]:
     """DDP with settings from the handler: attributes on the model, then training parity."""
     dist.init_process_group("gloo")
     try:
-        state = AcceleratorState.from_env(cpu=True)
+        state = RunState.from_env(cpu=True)
         apply_handler(
             DistributedDataParallelKwargs(bucket_cap_mb=1, find_unused_parameters=True), state
         )
@@ -96,7 +96,7 @@ def wrap_and_train(rank: int, steps: int) -> dict[str, Any]:
         try:
             apply_handler(
                 DistributedDataParallelKwargs(comm_hook="power_sgd", find_unused_parameters=True),
-                AcceleratorState.from_env(cpu=True),
+                RunState.from_env(cpu=True),
             )
             out["power_sgd_find_unused_error"] = None
         except ConfigError as exc:
@@ -125,7 +125,7 @@ def comm_hook_gradients(
         world_size = dist.get_world_size()
 
         def grads_with(handler: KwargsHandler) -> torch.Tensor:
-            facts = AcceleratorState.from_env(cpu=backend != "nccl")
+            facts = RunState.from_env(cpu=backend != "nccl")
             state = apply_handler(handler, facts)
             # No unused parameters, so no find_unused_parameters: with it, DDP all-reduces its
             # used-parameter map from the autograd thread while PowerSGD's callbacks issue
@@ -155,12 +155,13 @@ def composed_run(rank: int, steps: int) -> dict[str, Any]:
     import accelkw_process_group.plugin
     from accelkw_process_group import InitProcessGroupKwargs
 
-    # Not ``from accelkw_core import compose``: once accelkw_core.testing has imported the
-    # submodule accelkw_core.runtime.composition, that name on the package is the module, not the function.
-    from accelkw_core.runtime.composition import compose
+    # Not ``from accelkw_core import compose``: once accelkw_core.testing has imported the submodule
+    # accelkw_core.runtime.composing.composition, that name on the package is the module, not the
+    # function.
+    from accelkw_core.runtime.composing.composition import compose
     from accelkw_core.testing import isolated_registry
 
-    state = AcceleratorState.from_env(cpu=True)
+    state = RunState.from_env(cpu=True)
     registry = isolated_registry([accelkw_ddp.plugin, accelkw_process_group.plugin])
     # DDP first on purpose: its ``after`` constraint must put the process group first.
     applied = compose(

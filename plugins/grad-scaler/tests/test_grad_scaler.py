@@ -23,8 +23,8 @@ from accelkw_core.plugin import (
     AcceleratorState,
     StepContext,
 )
-from accelkw_core.runtime.composition import compose
-from accelkw_core.runtime.stepping import build_step, run_backward
+from accelkw_core.runtime.composing.composition import compose
+from accelkw_core.runtime.stepping.training_step import build_step, run_backward
 from accelkw_core.testing import (
     HandlerContract,
     apply_handler,

@@ -10,13 +10,13 @@ import torch
 import torch.distributed as dist
 from accelkw_process_group import InitProcessGroupKwargs
 
-from accelkw_core import AcceleratorState
+from accelkw_core import RunState
 from accelkw_core.testing import apply_handler
 
 
 def collective_timeout(rank: int, seconds: float) -> dict[str, Any]:
     """Rank 1 never joins an all_reduce; rank 0's must fail after ``seconds``."""
-    state = AcceleratorState.from_env(cpu=True)
+    state = RunState.from_env(cpu=True)
     apply_handler(InitProcessGroupKwargs(backend="gloo", timeout=timedelta(seconds=seconds)), state)
     out: dict[str, Any] = {"backend": str(dist.get_backend())}
     if rank == 0:
@@ -38,12 +38,12 @@ def collective_timeout(rank: int, seconds: float) -> dict[str, Any]:
 
 def default_then_existing(rank: int) -> dict[str, Any]:
     """The default handler on CPU (nccl -> gloo), then a second handler meeting that group."""
-    state = AcceleratorState.from_env(cpu=True)
+    state = RunState.from_env(cpu=True)
     apply_handler(InitProcessGroupKwargs(), state)
     backend = str(dist.get_backend())
     value = torch.tensor([float(rank + 1)])
     dist.all_reduce(value)
-    second = AcceleratorState.from_env(cpu=True)
+    second = RunState.from_env(cpu=True)
     apply_handler(
         InitProcessGroupKwargs(
             backend="gloo", init_method="tcp://127.0.0.1:1", timeout=timedelta(minutes=30)

@@ -13,8 +13,8 @@ import accelkw_process_group.plugin
 import pytest
 from accelkw_process_group import InitProcessGroupKwargs
 
-from accelkw_core import AcceleratorState, ConfigError, Registry
-from accelkw_core.runtime.planning import plan_handler
+from accelkw_core import ConfigError, Registry, RunState
+from accelkw_core.runtime.composing.planning import plan_handler
 from accelkw_core.testing import (
     HandlerContract,
     apply_handler,
@@ -234,9 +234,7 @@ def test_init_method_defaults_to_env_and_an_explicit_one_is_passed() -> None:
 
 @pytest.mark.usefixtures("no_rendezvous")
 def test_without_master_env_the_states_address_or_an_error_names_init_method() -> None:
-    state = AcceleratorState(
-        cpu=True, rank=1, world_size=2, master_addr="10.0.0.7", master_port=29400
-    )
+    state = RunState(cpu=True, rank=1, world_size=2, master_addr="10.0.0.7", master_port=29400)
     plan = InitProcessGroupKwargs(backend="gloo").group_plan(state)
     assert plan.init_method == "tcp://10.0.0.7:29400"
     with pytest.raises(ConfigError) as info:

@@ -15,7 +15,7 @@ from accelkw_profile import NoOpProfiler, ProfileKwargs
 
 from accelkw_core import ConfigError
 from accelkw_core.plugin import PROFILER, AcceleratorState
-from accelkw_core.runtime.composition import compose
+from accelkw_core.runtime.composing.composition import compose
 from accelkw_core.testing import (
     HandlerContract,
     apply_handler,

@@ -19,7 +19,7 @@ from accelkw_core.runtime import collectives as ops
 from accelkw_core.runtime.kinds import DistributedType, distributed_type
 
 if TYPE_CHECKING:
-    from accelkw_core.runtime.state import AcceleratorState
+    from accelkw_core.runtime.state import RunState
 
 __all__ = [
     "DistributedType",
@@ -32,7 +32,7 @@ __all__ = [
 
 
 @contextmanager
-def goes_first(state: AcceleratorState, first: bool) -> Iterator[None]:
+def goes_first(state: RunState, first: bool) -> Iterator[None]:
     """The block runs on the processes with ``first`` set, then on the others (barriers)."""
     if not first:
         ops.barrier(state)
@@ -62,7 +62,7 @@ def on_process(
     return inner
 
 
-def split_inputs(inputs: Any, state: AcceleratorState, apply_padding: bool = False) -> Any:
+def split_inputs(inputs: Any, state: RunState, apply_padding: bool = False) -> Any:
     """This process's contiguous share of ``inputs`` (a list, tuple, tensor, or dict of them).
 
     The first ``len % num_processes`` processes get one element more; with ``apply_padding``
@@ -105,7 +105,7 @@ def split_inputs(inputs: Any, state: AcceleratorState, apply_padding: bool = Fal
 class Processes:
     """The processes of one run (``state``'s rank and world): collectives, turns, triggers."""
 
-    def __init__(self, state: AcceleratorState) -> None:
+    def __init__(self, state: RunState) -> None:
         self.state = state
         # This process's trigger (a 0-d tensor once set or checked); see set_trigger.
         self._flag: Any = None
@@ -126,13 +126,13 @@ class Processes:
         """Tensors of every process concatenated on dim 0 (nested lists/tuples/dicts too)."""
         return ops.gather(data, self.state)
 
-    def reduce(self, tensor: Any, reduction: str = "sum", scale: float = 1.0) -> Any:
+    def reduce(self, tensor: Any, reduction: str, scale: float) -> Any:
         """The ``reduction`` of ``tensor`` over every process, as a new tensor."""
         import torch
 
         if reduction in ops.REDUCTIONS and isinstance(tensor, torch.Tensor):
             return ops.reduce(tensor, reduction, self.state)
-        from accelkw_core.runtime.operations import reduce
+        from accelkw_core.runtime.processes.operations import reduce
 
         return reduce(tensor, reduction, scale)
 
@@ -180,13 +180,11 @@ class Processes:
         with goes_first(self.state, self.state.local_rank == 0):
             yield
 
-    def on_main_process(self, function: Callable[..., Any] | None = None) -> Callable[..., Any]:
+    def on_main_process(self, function: Callable[..., Any] | None) -> Callable[..., Any]:
         """``function`` made to run on the main process only (``None`` elsewhere)."""
         return on_process(function, lambda: self.state.rank == 0, "on_main_process")
 
-    def on_local_main_process(
-        self, function: Callable[..., Any] | None = None
-    ) -> Callable[..., Any]:
+    def on_local_main_process(self, function: Callable[..., Any] | None) -> Callable[..., Any]:
         """``function`` made to run on each machine's local main process only."""
         return on_process(function, lambda: self.state.local_rank == 0, "on_local_main_process")
 
@@ -257,6 +255,6 @@ class Processes:
                 shard.even_batches = value
 
     @contextmanager
-    def split_between_processes(self, inputs: Any, apply_padding: bool = False) -> Iterator[Any]:
+    def split_between_processes(self, inputs: Any, apply_padding: bool) -> Iterator[Any]:
         """This process's contiguous share of ``inputs``."""
         yield split_inputs(inputs, self.state, apply_padding)

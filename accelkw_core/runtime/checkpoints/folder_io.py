@@ -1,12 +1,12 @@
 """The writer and reader a checkpoint's contributors use: every file durable, every read checked.
 
-``save_state`` hands a :class:`CheckpointWriter` to the core's own layout and to each handler that
-owns its checkpoint (``save_checkpoint(writer)``); every file written through it is fsynced and
+``save_state`` hands a :class:`FolderWriter` to the core's own layout and to each handler that owns
+its checkpoint (``save_checkpoint(writer)``); every file written through it is fsynced and
 recorded, size and XXH3-64 hash, for the manifest; a write that fails (a full disk) is one
-:class:`~accelkw_core.errors.CheckpointError` naming the file. ``load_state`` hands a :class:`CheckpointReader`:
-each read is checked against the manifest first (a checkpoint written by Accelerate has none, and
-is checked by reading it whole), a file that is a link out of the folder is refused, and a file
-that is missing, short or damaged is one
+:class:`~accelkw_core.errors.CheckpointError` naming the file. ``load_state`` hands a
+:class:`FolderReader`: each read is checked against the manifest first (a checkpoint written by
+Accelerate has none, and is checked by reading it whole), a file that is a link out of the folder
+is refused, and a file that is missing, short or damaged is one
 :class:`~accelkw_core.errors.CheckpointError` naming it. Torch is imported inside the methods.
 """
 
@@ -19,17 +19,22 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, BinaryIO, TypeVar
 
 from accelkw_core.errors import CheckpointError
-from accelkw_core.runtime.checkpoints import durable
-from accelkw_core.runtime.checkpoints.durable import FileEntry, entry_of, fsync_dir, write_error
+from accelkw_core.runtime.checkpoints import atomic_folders
+from accelkw_core.runtime.checkpoints.atomic_folders import (
+    FileEntry,
+    entry_of,
+    fsync_dir,
+    write_error,
+)
 from accelkw_core.runtime.checkpoints.manifest import Manifest
 
 if TYPE_CHECKING:
     from collections.abc import Callable
     from concurrent.futures import Future, ThreadPoolExecutor
 
-    from accelkw_core.runtime.state import AcceleratorState
+    from accelkw_core.runtime.state import RunState
 
-__all__ = ["CheckpointReader", "CheckpointWriter"]
+__all__ = ["FolderReader", "FolderWriter"]
 
 T = TypeVar("T")
 
@@ -44,7 +49,7 @@ def _relative(name: str) -> str:
     return path.as_posix()
 
 
-class CheckpointWriter:
+class FolderWriter:
     """Writes the files of one checkpoint into its (temporary) folder, durably.
 
     ``folder`` is the folder being written; ``rank``, ``world_size`` and ``is_main_process``
@@ -53,7 +58,7 @@ class CheckpointWriter:
     :meth:`finish` has synced it.
     """
 
-    def __init__(self, folder: Path, state: AcceleratorState) -> None:
+    def __init__(self, folder: Path, state: RunState) -> None:
         self.folder = folder
         self.rank = state.rank
         self.world_size = state.world_size
@@ -83,7 +88,7 @@ class CheckpointWriter:
 
     def later(
         self,
-        finish: Callable[[CheckpointWriter], None],
+        finish: Callable[[FolderWriter], None],
         cancel: Callable[[], None] | None = None,
     ) -> None:
         """``finish(self)`` at once: the files are written now."""
@@ -132,11 +137,13 @@ class CheckpointWriter:
         """Write ``data`` to ``name`` (relative to the folder), recorded; synced by :meth:`finish`."""
         path = self._path(name)
         try:
-            with durable.open_new(path) as fh:
+            with atomic_folders.open_new(path) as fh:
                 fh.write(data)
         except OSError as exc:
             raise write_error(path, exc) from exc
-        self._hashed[_relative(name)] = FileEntry(memoryview(data).nbytes, durable.checksum(data))
+        self._hashed[_relative(name)] = FileEntry(
+            memoryview(data).nbytes, atomic_folders.checksum(data)
+        )
         return path
 
     def save(self, name: str, obj: Any, *, owner: str | None = None) -> Path:
@@ -263,7 +270,7 @@ def _save_to(path: Path, obj: Any) -> FileEntry:
 
     watched: _Watched | None = None
     try:
-        with durable.open_new(path) as fh:
+        with atomic_folders.open_new(path) as fh:
             watched = _Watched(fh)
             # torch.save writes to any object with write and flush (its documented contract);
             # its annotation names only str, PathLike and IO[bytes].
@@ -278,8 +285,8 @@ def _hash(path: Path) -> FileEntry:
     """The entry of a file a library wrote whole (safetensors'), read back from the page
     cache."""
     try:
-        with durable.mapped(path) as view:
-            return FileEntry(len(view), durable.checksum(view))
+        with atomic_folders.mapped(path) as view:
+            return FileEntry(len(view), atomic_folders.checksum(view))
     except OSError as exc:
         raise write_error(path, exc) from None
 
@@ -309,14 +316,14 @@ def _sync_all(
     return {**dict(zip(recorded, entries, strict=True)), **hashed}
 
 
-class CheckpointReader:
+class FolderReader:
     """Reads the files of one checkpoint, each checked against the manifest before use.
 
     ``manifest`` is ``None`` for a checkpoint written by Accelerate: its files are then checked
     by reading them whole. Nothing read here changes any object of the run.
     """
 
-    def __init__(self, folder: Path, manifest: Manifest | None, state: AcceleratorState) -> None:
+    def __init__(self, folder: Path, manifest: Manifest | None, state: RunState) -> None:
         self.folder = folder
         self.manifest = manifest
         self.rank = state.rank

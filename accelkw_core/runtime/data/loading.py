@@ -16,11 +16,11 @@ from typing import TYPE_CHECKING, Any
 
 from accelkw_core.errors import ConfigError
 from accelkw_core.runtime import collectives as ops
-from accelkw_core.runtime.dataloader_config import DataLoaderConfiguration
+from accelkw_core.runtime.data.dataloader_config import DataLoaderConfiguration
 
 if TYPE_CHECKING:
-    from accelkw_core.runtime.data_loader import LoaderProgress
-    from accelkw_core.runtime.state import AcceleratorState
+    from accelkw_core.runtime.data.data_loader import LoaderProgress
+    from accelkw_core.runtime.state import RunState
 
 __all__ = ["DataLoading", "dataloader_configuration"]
 
@@ -44,7 +44,7 @@ class DataLoading:
     """
 
     def __init__(
-        self, state: AcceleratorState, progress: LoaderProgress, config: DataLoaderConfiguration
+        self, state: RunState, progress: LoaderProgress, config: DataLoaderConfiguration
     ) -> None:
         self.state = state
         self.progress = progress
@@ -86,17 +86,17 @@ class DataLoading:
 
     def prepare(self, loader: Any) -> Any:
         """``loader`` rebuilt for the run: its batches dealt across processes, on the device."""
-        from accelkw_core.runtime.data_loader import prepare_data_loader
+        from accelkw_core.runtime.data.data_loader import prepare_data_loader
 
         return prepare_data_loader(loader, self.state, self.progress, self.config)
 
-    def skip_first_batches(self, dataloader: Any, num_batches: int = 0) -> Any:
+    def skip_first_batches(self, dataloader: Any, num_batches: int) -> Any:
         """``dataloader`` without its first ``num_batches`` batches (to resume mid-epoch)."""
-        from accelkw_core.runtime.data_loader import skip_first_batches
+        from accelkw_core.runtime.data.data_loader import skip_first_batches
 
         return skip_first_batches(dataloader, num_batches=num_batches)
 
-    def gather_for_metrics(self, input_data: Any, use_gather_object: bool = False) -> Any:
+    def gather_for_metrics(self, input_data: Any, use_gather_object: bool) -> Any:
         """Gather ``input_data`` from every process, without the samples repeated at the end.
 
         On the last batch of a prepared data loader, the samples added to complete the last

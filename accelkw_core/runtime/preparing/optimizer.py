@@ -13,7 +13,7 @@ import torch
 from accelkw_core.contract.step import StepContext
 
 if TYPE_CHECKING:
-    from accelkw_core.runtime.state import AcceleratorState
+    from accelkw_core.runtime.state import RunState
 
 __all__ = ["AcceleratedOptimizer"]
 
@@ -34,7 +34,7 @@ class AcceleratedOptimizer(torch.optim.Optimizer):
         optimizer: Any,
         chain: Callable[[StepContext], Any] | None = None,
         gradient_state: Any = None,
-        run: AcceleratorState | None = None,
+        run: RunState | None = None,
     ) -> None:
         # No super().__init__: the wrapped optimizer owns the parameters and the state.
         self.optimizer = optimizer

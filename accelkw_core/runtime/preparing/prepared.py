@@ -12,7 +12,7 @@ from __future__ import annotations
 import warnings
 from typing import Any
 
-from accelkw_core.runtime.forward import unpatch_forward
+from accelkw_core.runtime.stepping.forward import unpatch_forward
 
 __all__ = ["Prepared"]
 

@@ -15,9 +15,13 @@ import torch
 from torch.utils.data import DataLoader, IterableDataset, RandomSampler
 
 from accelkw_core.errors import AccelkwError, ConfigError
-from accelkw_core.runtime.batch_dispatch import DispatchedBatch, IterableShard, dispatched_batches
-from accelkw_core.runtime.dataloader_config import DataLoaderConfiguration
-from accelkw_core.runtime.state import AcceleratorState
+from accelkw_core.runtime.data.batch_dispatch import (
+    DispatchedBatch,
+    IterableShard,
+    dispatched_batches,
+)
+from accelkw_core.runtime.data.dataloader_config import DataLoaderConfiguration
+from accelkw_core.runtime.state import RunState
 
 __all__ = [
     "BatchShard",
@@ -558,7 +562,7 @@ def _copied_kwargs(loader: Any) -> dict[str, Any]:
 
 def prepare_data_loader(
     loader: Any,
-    state: AcceleratorState,
+    state: RunState,
     progress: LoaderProgress | None = None,
     config: DataLoaderConfiguration | None = None,
 ) -> Any:
@@ -675,7 +679,7 @@ def prepare_data_loader(
     )
 
 
-def _check_split(config: DataLoaderConfiguration, size: Any, state: AcceleratorState) -> None:
+def _check_split(config: DataLoaderConfiguration, size: Any, state: RunState) -> None:
     """Refuse ``split_batches`` for a batch size the processes cannot share equally."""
     if not config.split_batches or state.world_size == 1:
         return
@@ -699,7 +703,7 @@ def _check_split(config: DataLoaderConfiguration, size: Any, state: AcceleratorS
 
 def _prepare_stream(
     loader: Any,
-    state: AcceleratorState,
+    state: RunState,
     progress: LoaderProgress | None,
     config: DataLoaderConfiguration,
     *,

@@ -11,8 +11,8 @@ from accelkw_core.contract.handler import KwargsHandler
 from accelkw_core.discovery.default_registry import get_registry
 from accelkw_core.discovery.registry import Registry
 from accelkw_core.errors import HandlerApplyError, PointConflictError
-from accelkw_core.runtime.planning import plan_conflicts, plan_handler
-from accelkw_core.runtime.state import AcceleratorState
+from accelkw_core.runtime.composing.planning import plan_conflicts, plan_handler
+from accelkw_core.runtime.state import RunState
 
 if TYPE_CHECKING:
     from accelkw_core.config.settings import Settings
@@ -21,7 +21,7 @@ __all__ = ["compose"]
 
 
 def compose(
-    state: AcceleratorState,
+    state: RunState,
     handlers: Sequence[object] = (),
     *,
     registry: Registry | None = None,
@@ -81,7 +81,7 @@ def compose(
     return ordered
 
 
-def _state_ready(registry: Registry, state: AcceleratorState) -> None:
+def _state_ready(registry: Registry, state: RunState) -> None:
     # Only plugins whose handlers take part in this run hear about it (plugins that contribute
     # no handler, such as a logger, always do).
     composed = set(state.handlers)
@@ -101,7 +101,7 @@ def _state_ready(registry: Registry, state: AcceleratorState) -> None:
 
 def _whole_conflict(
     exc: PointConflictError,
-    state: AcceleratorState,
+    state: RunState,
     ordered: Sequence[KwargsHandler],
     dists: Mapping[str, str | None],
     origins: Mapping[str, str],
@@ -125,7 +125,7 @@ def _whole_conflict(
     )
 
 
-def _rollback(state: AcceleratorState, cause: Exception) -> None:
+def _rollback(state: RunState, cause: Exception) -> None:
     for name, err in state.run_teardowns():
         cause.add_note(f"while undoing, the teardown of {name!r} also failed: {err!r}")
     state.reset_points()

@@ -14,21 +14,21 @@ from typing import TYPE_CHECKING, Any
 from accelkw_core.contract.points import UNSCALE_GRADIENTS
 
 if TYPE_CHECKING:
-    from accelkw_core.runtime.state import AcceleratorState
+    from accelkw_core.runtime.state import RunState
 
 __all__ = ["clip_norm", "innermost_optimizer", "unscale"]
 
 
 def innermost_optimizer(optimizer: Any) -> Any:
     """The optimizer a step chain sees: ``optimizer`` without the runtime's own wrapper."""
-    from accelkw_core.runtime.optimizer import AcceleratedOptimizer
+    from accelkw_core.runtime.preparing.optimizer import AcceleratedOptimizer
 
     while isinstance(optimizer, AcceleratedOptimizer):
         optimizer = optimizer.optimizer
     return optimizer
 
 
-def unscale(state: AcceleratorState, optimizers: Sequence[Any]) -> None:
+def unscale(state: RunState, optimizers: Sequence[Any]) -> None:
     """Unscale the gradients of each optimizer through the ``unscale_gradients`` contribution.
 
     Nothing happens when no handler scales losses.

@@ -16,7 +16,7 @@ from accelkw_core.contract.contributions import ForwardContext, OutputConverter
 from accelkw_core.contract.points import FORWARD_CONTEXT, FORWARD_OUTPUT
 
 if TYPE_CHECKING:
-    from accelkw_core.runtime.state import AcceleratorState
+    from accelkw_core.runtime.state import RunState
 
 __all__ = ["forward_contexts", "patch_forward", "unpatch_forward"]
 
@@ -86,7 +86,7 @@ def _wrapped_forward(
     return converted
 
 
-def patch_forward(model: Any, state: AcceleratorState) -> None:
+def patch_forward(model: Any, state: RunState) -> None:
     """Make ``model.forward`` run under the state's forward contexts and output converters.
 
     The original bound ``forward`` is kept, so :func:`unpatch_forward` restores it; a model

@@ -1,14 +1,14 @@
 """A save handed to a checkpoint executor: staged on the caller's thread, committed elsewhere.
 
-``save_state`` with a ``checkpoint_executor`` contribution builds a :class:`SaveJob` (``begin``
-is ``begin_save`` with its arguments bound, called with ``group=``) and calls
-``executor.submit(job)``. The executor calls :meth:`SaveJob.stage` on the caller's thread (the
-lock taken, the folder prepared, every state copied to CPU memory, the processes agreed), then
-:meth:`SaveJob.commit` where it likes (a thread of its own): the staged files written, synced
-and hashed, the processes agreed on a process group the executor gives, the manifest written,
-the folder committed, and, after the commit, what the run does then (``total_limit``'s
-removals). The protocol is :mod:`~accelkw_core.runtime.checkpoints.save`'s, unchanged: the
-same files, manifest and guarantees as a synchronous save.
+``save_state`` with a ``checkpoint_executor`` contribution builds a :class:`BackgroundSave`
+(``begin`` is ``begin_save`` with its arguments bound, called with ``group=``) and calls
+``executor.submit(job)``. The executor calls :meth:`BackgroundSave.stage` on the caller's thread
+(the lock taken, the folder prepared, every state copied to CPU memory, the processes agreed), then
+:meth:`BackgroundSave.commit` where it likes (a thread of its own): the staged files written,
+synced and hashed, the processes agreed on a process group the executor gives, the manifest
+written, the folder committed, and, after the commit, what the run does then (``total_limit``'s
+removals). The protocol is :mod:`~accelkw_core.runtime.checkpoints.save`'s, unchanged: the same
+files, manifest and guarantees as a synchronous save.
 """
 
 from __future__ import annotations
@@ -23,12 +23,12 @@ from accelkw_core.runtime.checkpoints.agreement import barrier
 
 if TYPE_CHECKING:
     from accelkw_core.runtime.checkpoints.save import PendingSave
-    from accelkw_core.runtime.state import AcceleratorState
+    from accelkw_core.runtime.state import RunState
 
-__all__ = ["SaveJob"]
+__all__ = ["BackgroundSave"]
 
 
-class SaveJob:
+class BackgroundSave:
     """One ``save_state`` for a checkpoint executor.
 
     ``folder``: the checkpoint folder it saves (known before :meth:`stage`, so an executor can
@@ -40,7 +40,7 @@ class SaveJob:
 
     def __init__(
         self,
-        state: AcceleratorState,
+        state: RunState,
         folder: Path,
         begin: Callable[..., PendingSave],
         after_commit: Callable[[], None],

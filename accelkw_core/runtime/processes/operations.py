@@ -81,7 +81,7 @@ def send_to_device(
     tensor: Any, device: Any, non_blocking: bool = False, skip_keys: Any = None
 ) -> Any:
     """``tensor`` (or every tensor nested in it) moved to ``device``; keys in ``skip_keys`` stay."""
-    from accelkw_core.runtime.data_loader import move_to_device
+    from accelkw_core.runtime.data.data_loader import move_to_device
 
     if skip_keys is None:
         return move_to_device(tensor, device, non_blocking)

@@ -15,7 +15,7 @@ import warnings
 from collections import OrderedDict
 from collections.abc import Callable
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, TypeVar
+from typing import TYPE_CHECKING, Any, Protocol, TypeVar
 
 from accelkw_core.contract.contributions import CheckpointExecutor
 from accelkw_core.contract.points import CHECKPOINT_EXECUTOR, MODEL_CHECKPOINT, MODEL_STATE
@@ -25,9 +25,9 @@ from accelkw_core.errors import (
     CheckpointWarning,
     ConfigError,
 )
-from accelkw_core.runtime.checkpoints.agreement import agree, alone
-from accelkw_core.runtime.checkpoints.deferred import SaveJob
-from accelkw_core.runtime.checkpoints.durable import remove_tree
+from accelkw_core.runtime.checkpoints.agreement import agree, alone, barrier, exchange
+from accelkw_core.runtime.checkpoints.atomic_folders import remove_tree
+from accelkw_core.runtime.checkpoints.background_save import BackgroundSave
 from accelkw_core.runtime.checkpoints.layout import Checkpointed
 from accelkw_core.runtime.checkpoints.load import LoadStateHook, load_checkpoint
 from accelkw_core.runtime.checkpoints.participants import (
@@ -51,13 +51,32 @@ from accelkw_core.runtime.checkpoints.save import (
 if TYPE_CHECKING:
     from torch.utils.hooks import RemovableHandle
 
-    from accelkw_core.runtime.accumulation import GradientState
-    from accelkw_core.runtime.prepared import Prepared
-    from accelkw_core.runtime.state import AcceleratorState
+    from accelkw_core.runtime.state import RunState
 
 __all__ = ["Checkpoints", "project_configuration"]
 
 logger = logging.getLogger("accelkw.checkpoint")
+
+
+class PreparedObjects(Protocol):
+    """What the run prepared, as its checkpoints read it (the runtime's ``Prepared``)."""
+
+    models: list[tuple[Any, Any]]
+    optimizers: list[Any]
+    schedulers: list[Any]
+    data_loaders: list[Any]
+    custom: list[Any]
+
+    def unwrap(
+        self, model: Any, keep_fp32_wrapper: bool = ..., keep_torch_compile: bool = ...
+    ) -> Any: ...
+
+
+class StepCounter(Protocol):
+    """Where the run's step is kept (the runtime's ``GradientState``)."""
+
+    step: int
+
 
 H = TypeVar("H")
 
@@ -120,9 +139,9 @@ class Checkpoints:
 
     def __init__(
         self,
-        state: AcceleratorState,
-        gradient_state: GradientState,
-        prepared: Prepared,
+        state: RunState,
+        gradient_state: StepCounter,
+        prepared: PreparedObjects,
         project_configuration: ProjectConfiguration,
     ) -> None:
         self.state = state
@@ -186,7 +205,7 @@ class Checkpoints:
                 )
 
     def save_state(
-        self, output_dir: Any = None, safe_serialization: bool = True, **save_model_func_kwargs: Any
+        self, output_dir: Any, safe_serialization: bool, **save_model_func_kwargs: Any
     ) -> Path:
         """Save the run into ``output_dir`` (or the next automatically named folder); returns it.
 
@@ -268,7 +287,7 @@ class Checkpoints:
             if self.state.is_main_process:
                 self._prune()
             if not lone:
-                self._barrier()
+                barrier(self.state)
         return notes
 
     def _submit(
@@ -282,7 +301,7 @@ class Checkpoints:
             if automatic:
                 self._prune()  # only once the new checkpoint is committed
 
-        job = SaveJob(self.state, folder, begin, after_commit)
+        job = BackgroundSave(self.state, folder, begin, after_commit)
         executor.submit(job)
         return job.notes
 
@@ -311,28 +330,16 @@ class Checkpoints:
         Every process must use the folder the main process chose (automatic naming reads the
         file system, which another process may already have changed).
         """
-        from accelkw_core.runtime import collectives as ops
-
-        if self.state.distributed and ops.has_group():
-            mine = (str(folder), None if missing is None else missing.problem)
-            chosen, problem = ops.gather_objects([mine], self.state)[0]
-            if problem is not None:
-                raise missing or CheckpointNotFoundError(chosen, problem)
-            return Path(chosen)
-        if missing is not None:
-            raise missing
-        return folder
-
-    def _barrier(self) -> None:
-        from accelkw_core.runtime import collectives as ops
-
-        if self.state.distributed and ops.has_group():
-            ops.barrier(self.state)
+        mine = (str(folder), None if missing is None else missing.problem)
+        chosen, problem = exchange(self.state, mine)[0]
+        if problem is not None:
+            raise missing or CheckpointNotFoundError(chosen, problem)
+        return Path(chosen)
 
     def load_state(
         self,
-        input_dir: Any = None,
-        load_kwargs: dict[str, Any] | None = None,
+        input_dir: Any,
+        load_kwargs: dict[str, Any] | None,
         **load_model_func_kwargs: Any,
     ) -> int | None:
         """Load ``input_dir`` (or the newest complete checkpoint) whole or not at all.
@@ -387,8 +394,8 @@ class Checkpoints:
         self,
         model: Any,
         save_directory: Any,
-        max_shard_size: int | str = "10GB",
-        safe_serialization: bool = True,
+        max_shard_size: int | str,
+        safe_serialization: bool,
     ) -> None:
         """Write ``model``'s unwrapped weights in Accelerate's layout, on the main process."""
         folder = _directory(save_directory, "save_directory")

@@ -21,14 +21,14 @@ from typing import TYPE_CHECKING, Any
 from accelkw_core.contract.contributions import AroundBackward, Backward, LossTransform
 from accelkw_core.contract.points import AROUND_BACKWARD, BACKWARD, FORWARD_CONTEXT, LOSS, NO_SYNC
 from accelkw_core.contract.step import AfterStep, AroundStep, StepContext
-from accelkw_core.runtime import clipping
-from accelkw_core.runtime.forward import forward_contexts
-from accelkw_core.runtime.planning import override_values
+from accelkw_core.runtime.composing.planning import override_values
+from accelkw_core.runtime.stepping import clipping
+from accelkw_core.runtime.stepping.forward import forward_contexts
 
 if TYPE_CHECKING:
     from accelkw_core.runtime.accumulation import GradientState
-    from accelkw_core.runtime.prepared import Prepared
-    from accelkw_core.runtime.state import AcceleratorState
+    from accelkw_core.runtime.preparing.prepared import Prepared
+    from accelkw_core.runtime.state import RunState
 
 __all__ = ["Stepping", "build_step", "run_backward"]
 
@@ -39,9 +39,7 @@ class Stepping:
     ``prepared`` gives the optimizers whose gradients ``unscale_gradients`` unscales by default.
     """
 
-    def __init__(
-        self, state: AcceleratorState, gradient_state: GradientState, prepared: Prepared
-    ) -> None:
+    def __init__(self, state: RunState, gradient_state: GradientState, prepared: Prepared) -> None:
         self.state = state
         self.gradient_state = gradient_state
         self.prepared = prepared
@@ -58,33 +56,9 @@ class Stepping:
 
     # -- the facts of gradient accumulation ------------------------------------------------------
 
-    @property
-    def sync_gradients(self) -> bool:
-        return self.gradient_state.sync_gradients
-
-    @sync_gradients.setter
-    def sync_gradients(self, value: bool) -> None:
-        self.gradient_state.sync_gradients = value
-
-    @property
-    def gradient_accumulation_steps(self) -> int:
-        return self.gradient_state.num_steps
-
-    @gradient_accumulation_steps.setter
-    def gradient_accumulation_steps(self, value: int) -> None:
-        self.gradient_state.policy.num_steps = value
-
-    @property
-    def step(self) -> int:
-        return self.gradient_state.step
-
-    @step.setter
-    def step(self, value: int) -> None:
-        self.gradient_state.step = value
-
     # -- forward and backward --------------------------------------------------------------------
 
-    def autocast(self, autocast_handler: Any = None) -> AbstractContextManager[Any]:
+    def autocast(self, autocast_handler: Any) -> AbstractContextManager[Any]:
         """The forward contexts, or those ``autocast_handler`` contributes on this run's facts."""
         if autocast_handler is None:
             forward = self._forward
@@ -166,9 +140,7 @@ class Stepping:
             optimizers = [optimizer]
         clipping.unscale(self.state, optimizers)
 
-    def clip_grad_norm_(
-        self, parameters: Iterable[Any], max_norm: float, norm_type: float = 2
-    ) -> Any:
+    def clip_grad_norm_(self, parameters: Iterable[Any], max_norm: float, norm_type: float) -> Any:
         """Unscale every prepared optimizer's gradients, clip by norm; returns the total norm."""
         self.unscale_gradients()
         return clipping.clip_norm(parameters, max_norm, norm_type)

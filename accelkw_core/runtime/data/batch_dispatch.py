@@ -9,8 +9,8 @@ shares it:
   and every process keeps its slice (``dispatch_batches=True``, the default for an iterable
   dataset). It serves map-style loaders too.
 
-Imported by :mod:`accelkw_core.runtime.data_loader` only, so importing torch here costs nothing
-at package import.
+Imported by :mod:`accelkw_core.runtime.data.data_loader` only, so importing torch here costs
+nothing at package import.
 """
 
 from __future__ import annotations

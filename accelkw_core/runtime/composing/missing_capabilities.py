@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING
 
 from accelkw_core.discovery.catalog import PROVIDERS, provider_hint
 from accelkw_core.errors import MissingPluginWarning
-from accelkw_core.runtime.state import AcceleratorState
+from accelkw_core.runtime.state import RunState
 
 if TYPE_CHECKING:
     from accelkw_core.discovery.registry import Registry
@@ -67,7 +67,7 @@ def find_gaps(
     several processes, autocast and loss scaling under mixed precision.
 
     ``troubles`` (handler name -> why an installed one is unusable, see
-    :func:`~accelkw_core.discovery.troubles.handler_troubles`) explains a missing provider
+    :func:`~accelkw_core.discovery.plugin_warnings.handler_troubles`) explains a missing provider
     better than an install line would.
     """
     troubles = troubles or {}
@@ -105,13 +105,13 @@ def find_gaps(
 
 
 def gaps_of_run(
-    state: AcceleratorState,
+    state: RunState,
     capabilities: Collection[str],
     registry: Registry,
     disabled: Mapping[str, str],
 ) -> list[str]:
     """:func:`find_gaps` for a run on ``state`` with ``registry``'s plugins (and their troubles)."""
-    from accelkw_core.discovery.troubles import handler_troubles
+    from accelkw_core.discovery.plugin_warnings import handler_troubles
 
     return find_gaps(
         state.world_size,
@@ -123,7 +123,7 @@ def gaps_of_run(
     )
 
 
-def live_capabilities(state: AcceleratorState, provided: Collection[str] | None = None) -> set[str]:
+def live_capabilities(state: RunState, provided: Collection[str] | None = None) -> set[str]:
     """``provided`` (default: what the state's handlers provided) plus a process group that
     already exists in this process, made outside any handler."""
     found = set(state.capabilities if provided is None else provided)
@@ -136,7 +136,7 @@ def live_capabilities(state: AcceleratorState, provided: Collection[str] | None 
     return found
 
 
-def warn_gaps(state: AcceleratorState, gaps: list[str]) -> None:
+def warn_gaps(state: RunState, gaps: list[str]) -> None:
     """Warn about each gap and record it in the state's log."""
     for gap in gaps:
         state.record("accelerator", gap, applied=False)

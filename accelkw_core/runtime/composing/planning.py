@@ -14,12 +14,12 @@ from accelkw_core.contract.handler import KwargsHandler
 from accelkw_core.contract.plan import Plan
 from accelkw_core.contract.points import ExtensionPoint, point_conflicts
 from accelkw_core.errors import AccelkwError, Contributor, PointConflictError
-from accelkw_core.runtime.gaps import gaps_of_run, live_capabilities
+from accelkw_core.runtime.composing.missing_capabilities import gaps_of_run, live_capabilities
 
 if TYPE_CHECKING:
     from accelkw_core.config.settings import Settings
     from accelkw_core.discovery.registry import Registry
-    from accelkw_core.runtime.state import AcceleratorState
+    from accelkw_core.runtime.state import RunState
 
 __all__ = ["HandlerPlan", "override_values", "plan_conflicts", "plan_handler", "plan_run"]
 
@@ -45,7 +45,7 @@ class HandlerPlan:
         return self.plan.summary()
 
 
-def plan_handler(name: str, handler: KwargsHandler, state: AcceleratorState) -> HandlerPlan:
+def plan_handler(name: str, handler: KwargsHandler, state: RunState) -> HandlerPlan:
     """``handler.plan(state)``; an error (a bad value, a plugin bug) becomes ``would fail``.
 
     A handler written before plans existed (it overrides ``apply`` and not ``plan``) is shown by
@@ -68,7 +68,7 @@ def plan_handler(name: str, handler: KwargsHandler, state: AcceleratorState) -> 
 
 
 def plan_run(
-    settings: Settings, state: AcceleratorState, registry: Registry
+    settings: Settings, state: RunState, registry: Registry
 ) -> tuple[list[HandlerPlan], list[str]]:
     """Every composed handler's plan on ``state``, in apply order, and the gaps they leave."""
     plans = []
@@ -107,9 +107,7 @@ def plan_conflicts(
     ]
 
 
-def override_values(
-    state: AcceleratorState, handler: Any, point: ExtensionPoint[T], what: str
-) -> list[T]:
+def override_values(state: RunState, handler: Any, point: ExtensionPoint[T], what: str) -> list[T]:
     """What ``handler``, passed for one call, contributes to ``point`` on this run's facts.
 
     ``accelerator.autocast(autocast_handler=...)`` and ``profile(profile_handler=...)`` carry

@@ -2,7 +2,7 @@
 
 :class:`Preparation` is the ``Accelerator``'s collaborator for ``prepare`` and its friends: each
 object goes through the wrapper extension points in composition order and is added to the
-run's record of what was prepared (:class:`~accelkw_core.runtime.prepared.Prepared`);
+run's record of what was prepared (:class:`~accelkw_core.runtime.preparing.prepared.Prepared`);
 ``free_memory`` empties that record.
 """
 
@@ -20,14 +20,14 @@ from accelkw_core.contract.points import (
     ExtensionPoint,
 )
 from accelkw_core.errors import AccelkwError
-from accelkw_core.runtime.clipping import innermost_optimizer
-from accelkw_core.runtime.forward import patch_forward
+from accelkw_core.runtime.stepping.clipping import innermost_optimizer
+from accelkw_core.runtime.stepping.forward import patch_forward
 
 if TYPE_CHECKING:
     from accelkw_core.runtime.accumulation import GradientState
-    from accelkw_core.runtime.data import DataLoading
-    from accelkw_core.runtime.prepared import Prepared
-    from accelkw_core.runtime.state import AcceleratorState
+    from accelkw_core.runtime.data.loading import DataLoading
+    from accelkw_core.runtime.preparing.prepared import Prepared
+    from accelkw_core.runtime.state import RunState
 
 __all__ = ["Preparation"]
 
@@ -43,7 +43,7 @@ class Preparation:
 
     def __init__(
         self,
-        state: AcceleratorState,
+        state: RunState,
         gradient_state: GradientState,
         prepared: Prepared,
         data: DataLoading,
@@ -66,8 +66,8 @@ class Preparation:
     def _prepare_one(self, obj: Any) -> Any:
         import torch
 
-        from accelkw_core.runtime.data_loader import PreparedDataLoader
-        from accelkw_core.runtime.optimizer import AcceleratedOptimizer
+        from accelkw_core.runtime.data.data_loader import PreparedDataLoader
+        from accelkw_core.runtime.preparing.optimizer import AcceleratedOptimizer
 
         if isinstance(obj, torch.nn.Module):
             return self.prepare_model(obj)
@@ -103,8 +103,8 @@ class Preparation:
 
     def prepare_optimizer(self, optimizer: Any) -> Any:
         """``optimizer`` through every optimizer wrapper, stepping through the step chain."""
-        from accelkw_core.runtime.optimizer import AcceleratedOptimizer
-        from accelkw_core.runtime.stepping import build_step
+        from accelkw_core.runtime.preparing.optimizer import AcceleratedOptimizer
+        from accelkw_core.runtime.stepping.training_step import build_step
 
         inner = self._wrap(OPTIMIZER_WRAPPER, optimizer)
         around = self.state.values(AROUND_STEP)
@@ -116,7 +116,7 @@ class Preparation:
 
     def prepare_scheduler(self, scheduler: Any) -> Any:
         """``scheduler`` stepping only when its optimizer really stepped (Accelerate's rules)."""
-        from accelkw_core.runtime.scheduler import AcceleratedScheduler
+        from accelkw_core.runtime.preparing.scheduler import AcceleratedScheduler
 
         schedulers = self.prepared.schedulers
         if isinstance(scheduler, AcceleratedScheduler):
@@ -159,6 +159,6 @@ class Preparation:
 def _is_scheduler(obj: Any) -> bool:
     import torch
 
-    from accelkw_core.runtime.scheduler import AcceleratedScheduler
+    from accelkw_core.runtime.preparing.scheduler import AcceleratedScheduler
 
     return isinstance(obj, torch.optim.lr_scheduler.LRScheduler | AcceleratedScheduler)

@@ -18,7 +18,7 @@ from accelkw_core.errors import AccelkwError
 if TYPE_CHECKING:
     import torch
 
-    from accelkw_core.runtime.state import AcceleratorState
+    from accelkw_core.runtime.state import RunState
 
 __all__ = ["Extras"]
 
@@ -28,7 +28,7 @@ T = TypeVar("T")
 class Extras:
     """The ``attribute`` contributions of one run (``state``'s)."""
 
-    def __init__(self, state: AcceleratorState) -> None:
+    def __init__(self, state: RunState) -> None:
         self.state = state
 
     @property
