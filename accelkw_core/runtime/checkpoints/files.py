@@ -244,8 +244,9 @@ class _Watched:
         self._on_first_write = on_first_write
 
     def write(self, data: bytes | memoryview) -> int:
-        if self._on_first_write is not None:
-            self._on_first_write, first = None, self._on_first_write
+        first = self._on_first_write
+        if first is not None:
+            self._on_first_write = None
             first()
         try:
             written = self._fh.write(data)
