@@ -582,16 +582,9 @@ def load_checkpoint(
         undo += done
         if error is not None:
             _restore(undo, refused, error)
-        # Every process gets here, whatever happened: each stage is agreed like the reads.
-        failed = failures(state, error)
-        if failed and error is None:
-            # Another process could not apply its part: this one goes back too.
-            rank, message = failed[0]
-            other = CheckpointError(f"(process {rank})", f"failed: {message}")
-            _restore(undo, None, other)
-            raise other
-        if error is not None:
-            raise error
+        # Every process gets here, whatever happened: each stage is agreed like the reads, and
+        # another process's failure makes this one go back too (its own is restored above).
+        _agree_or_restore(state, error, [] if error is not None else undo, folder)
     for note in read.notes:
         warnings.warn(f"load_state: {note}", CheckpointWarning, stacklevel=3)
     if read.absent:  # the same on every process: what the checkpoint lacks

@@ -60,7 +60,8 @@ def _replace_bytes(path: Path, data: bytes | memoryview) -> None:
     atomic_folders.fsync_dir(path.parent)
 
 
-def _replace_file(path: Path, tensors: dict[str, Any], safe: bool) -> None:
+def _serialized(obj: Any, safe: bool) -> bytes | memoryview:
+    """``obj`` as a file's bytes: a dict of tensors as safetensors, else ``torch.save``'s."""
     import io
 
     import torch
@@ -68,14 +69,14 @@ def _replace_file(path: Path, tensors: dict[str, Any], safe: bool) -> None:
     if safe:
         from safetensors.torch import save
 
-        data: bytes | memoryview = save(
-            {k: v.detach().contiguous() for k, v in tensors.items()}, metadata={"format": "pt"}
-        )
-    else:
-        buffer = io.BytesIO()
-        torch.save(tensors, buffer)
-        data = buffer.getbuffer()
-    _replace_bytes(path, data)
+        return save({k: v.detach().contiguous() for k, v in obj.items()}, metadata={"format": "pt"})
+    buffer = io.BytesIO()
+    torch.save(obj, buffer)
+    return buffer.getbuffer()
+
+
+def _replace_file(path: Path, tensors: dict[str, Any], safe: bool) -> None:
+    _replace_bytes(path, _serialized(tensors, safe))
 
 
 def save_object(obj: Any, f: Any, *, safe_serialization: bool) -> None:
@@ -85,21 +86,9 @@ def save_object(obj: Any, f: Any, *, safe_serialization: bool) -> None:
     storage kept once); else ``torch.save``. A path is written under a temporary name and
     renamed into place, so a reader never sees half a file.
     """
-    import io
-
-    import torch
-
-    if safe_serialization:
-        from safetensors.torch import save
-
-        tensors = without_aliases(dict(obj))
-        data: bytes | memoryview = save(
-            {k: v.detach().contiguous() for k, v in tensors.items()}, metadata={"format": "pt"}
-        )
-    else:
-        buffer = io.BytesIO()
-        torch.save(obj, buffer)
-        data = buffer.getbuffer()
+    data = _serialized(
+        without_aliases(dict(obj)) if safe_serialization else obj, safe_serialization
+    )
     if isinstance(f, str | os.PathLike):
         _replace_bytes(Path(f), data)
     else:
