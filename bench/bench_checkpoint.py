@@ -20,8 +20,18 @@ max, and the median of the rounds' paired ratios accelkw / Accelerate (both meas
 same round, so a noisy minute weighs on both); and the load average before and after.
 
     python bench/bench_checkpoint.py [--rounds 5] [--saves 3] [--dir /path/on/the/disk]
+    python bench/bench_checkpoint.py --interleaved [--saves 16]
     python bench/bench_checkpoint.py --async [--rounds 3] [--every 20] [--steps 50]
     python bench/bench_checkpoint.py --async --segments [--rounds 4] [--every 50]
+
+With ``--interleaved``, one process builds the same model and optimizer for each framework and
+alternates their saves (ABBA order, each into a new folder, removed after it): paired save by
+save, seconds apart, the warm ratio no longer depends on which minute each framework's process
+ran in. A virtual machine whose host takes back the memory the guest left free (free page
+reporting: this project's machines) makes a write into pages the host took back several times
+slower than one into pages freed a moment ago; each run starts and ends with a probe of that
+(``page cache``: 200 MB written into a file right after 200 MB were freed, and again after 3 s
+idle), so a run's noise can be told from the frameworks' difference.
 
 Targets (issues 25 and 32): the first save and the warm saves each at most 1.3x Accelerate's made
 durable; load at most 1.2x Accelerate's, the hash check included.
@@ -174,6 +184,75 @@ acc.end_training()
 print(json.dumps(out))
 """
 
+# Both frameworks in one process, their saves alternated (ABBA): each pair of saves runs
+# seconds apart, under the same load and the same state of the host's memory.
+INTERLEAVED = r"""
+import json, os, shutil, sys, time
+from pathlib import Path
+import torch
+import accelerate
+import accelkw_core
+
+folder, saves = Path(sys.argv[1]), int(sys.argv[2])
+torch.set_num_threads(1)
+
+def build(module):
+    torch.manual_seed(0)
+    acc = module.Accelerator(cpu=True)
+    model = torch.nn.Sequential(torch.nn.Linear(5000, 2500), torch.nn.Linear(2500, 5000))
+    opt = torch.optim.AdamW(model.parameters(), lr=1e-3)
+    model, opt = acc.prepare(model, opt)
+    model(torch.randn(2, 5000)).sum().backward()
+    opt.step()
+    opt.zero_grad()
+    return acc
+
+accs = {"accelerate": build(accelerate), "accelkw": build(accelkw_core)}
+times = {name: [] for name in accs}
+for i in range(saves):
+    order = ("accelerate", "accelkw") if i % 4 in (0, 3) else ("accelkw", "accelerate")
+    for name in order:
+        target = folder / f"{name}{i}"
+        os.sync()
+        start = time.perf_counter()
+        accs[name].save_state(target)
+        if name == "accelerate":
+            for path in [p for p in target.rglob("*") if p.is_file()] + [target, target.parent]:
+                fd = os.open(path, os.O_RDONLY)
+                os.fsync(fd)
+                os.close(fd)
+        times[name].append(time.perf_counter() - start)
+        shutil.rmtree(target)
+print(json.dumps(times))
+"""
+
+# The host's share of the noise: 200 MB written into a new file (no sync) right after 200 MB
+# of memory were freed, then again after 3 s idle. On a machine whose host takes back free
+# memory, the second is several times the first; elsewhere they are alike.
+PAGE_CACHE = r"""
+import json, os, sys, time
+folder = sys.argv[1]
+block = os.urandom(8 * 2**20)
+
+def write(path):
+    start = time.perf_counter()
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC)
+    for _ in range(25):
+        os.write(fd, block)
+    os.close(fd)
+    return time.perf_counter() - start
+
+path = os.path.join(folder, "probe")
+write(path)
+os.remove(path)  # 200 MB of page cache freed
+hot = write(path)
+os.remove(path)
+time.sleep(3)
+cold = write(path)
+os.remove(path)
+print(json.dumps([hot, cold]))
+"""
+
 # The disk's floor for a durable save: the same number of bytes, already in memory, written to a
 # new file in 8 MiB writes and fdatasync'ed, after os.sync(), as often as a child saves. No
 # framework can save durably in less; it tells the disk's share of a ratio from the framework's.
@@ -230,6 +309,11 @@ def run_child(framework: str, base: Path, saves: int) -> dict[str, list[float] |
 def run_floor(base: Path, size: int, saves: int) -> list[float]:
     times: list[float] = run_in_folder(base, "floor-", FLOOR, str(size), str(saves))
     return times
+
+
+def page_cache_probe(base: Path) -> str:
+    hot, cold = run_in_folder(base, "probe-", PAGE_CACHE)
+    return f"page cache: 200 MB written in {hot * 1000:.0f} ms after a free, {cold * 1000:.0f} ms after 3 s idle"
 
 
 def show(samples: list[float]) -> str:
@@ -315,6 +399,11 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=5)
     parser.add_argument("--saves", type=int, default=3)
     parser.add_argument("--dir", type=Path, default=Path(tempfile.gettempdir()))
+    parser.add_argument(
+        "--interleaved",
+        action="store_true",
+        help="both frameworks in one process, --saves saves each, alternated (warm saves only)",
+    )
     parser.add_argument("--async", dest="asynchronous", action="store_true")
     parser.add_argument("--every", type=int, default=20)
     parser.add_argument("--steps", type=int, default=50)
@@ -331,7 +420,34 @@ def main() -> None:
     if args.asynchronous:
         main_async(args)
         return
+    if args.interleaved:
+        main_interleaved(args)
+        return
     main_sync(args)
+
+
+def main_interleaved(args: argparse.Namespace) -> None:
+    """Issue 32: warm saves of both frameworks alternated in one process, paired save by save."""
+    started = time.time()
+    load_before = os.getloadavg()[0]
+    probe_before = page_cache_probe(args.dir)
+    times: dict[str, list[float]] = run_in_folder(
+        args.dir, "interleaved-", INTERLEAVED, str(args.saves)
+    )
+    # The first save of each is dropped: the one that went first also paid the allocator's
+    # first touch of a checkpoint's size, which the per-process rounds measure.
+    warm = {fw: t[1:] for fw, t in times.items()}
+    ratios = [k / a for k, a in zip(warm["accelkw"], warm["accelerate"], strict=True)]
+    print(
+        f"interleaved warm saves, {len(ratios)} pairs in one process, "
+        f"{time.time() - started:.0f} s, load average {load_before:.1f} -> "
+        f"{os.getloadavg()[0]:.1f}"
+    )
+    print(f"  {probe_before}")
+    for fw in FRAMEWORKS:
+        print(f"  warm save  {fw:10s} {show(warm[fw])}")
+    print(paired("warm save accelkw / Accelerate", ratios, 1.3))
+    print(f"  {page_cache_probe(args.dir)}")
 
 
 # What each round reports of a child's saves: the first of its process (imports, thread pools
@@ -360,6 +476,7 @@ def main_sync(args: argparse.Namespace) -> None:
     size = 0
     started = time.time()
     load_before = os.getloadavg()[0]
+    probe_before = page_cache_probe(args.dir)
     for i in range(args.rounds):
         this_round = {}
         # The order alternates, so neither framework always runs on the disk the other dirtied.
@@ -379,6 +496,7 @@ def main_sync(args: argparse.Namespace) -> None:
         f"{time.time() - started:.0f} s, load average {load_before:.1f} -> "
         f"{os.getloadavg()[0]:.1f}"
     )
+    print(f"  {probe_before}")
     for m, target in (("first save", 1.3), ("warm save", 1.3), ("load", 1.2)):
         for fw in FRAMEWORKS:
             print(f"  {m:10s} {fw:10s} {show(samples[fw][m])}")
@@ -395,6 +513,7 @@ def main_sync(args: argparse.Namespace) -> None:
         f"{statistics.median(over_floor):.2f} (min {min(over_floor):.2f}, "
         f"max {max(over_floor):.2f})"
     )
+    print(f"  {page_cache_probe(args.dir)}")
 
 
 if __name__ == "__main__":

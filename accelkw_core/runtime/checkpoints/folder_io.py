@@ -98,9 +98,10 @@ class FolderWriter:
     def finish(self) -> dict[str, FileEntry]:
         """Wait for every file to be written, then sync them all; what this process wrote.
 
-        Each file is hashed as it is written (the weights' just after, on a thread). Every
-        file is written first and synced once at the end: the disk then takes the whole
-        checkpoint as one batch, which is faster than syncing each file as it goes.
+        Each file is hashed as it is written (the weights' just after, on a thread). The two
+        large files (the optimizer's and the weights') are synced by their background jobs as
+        soon as each is written, so the disk takes one while the other is still being copied
+        into the page cache; the rest are synced here, once all are written.
         """
         error: BaseException | None = None
         try:
@@ -206,7 +207,7 @@ class FolderWriter:
                 f"cannot be saved as safetensors ({_first_line(exc)}); "
                 "save_state(safe_serialization=False) writes pytorch_model.bin instead",
             ) from exc
-        self._submit(_relative(name), lambda: _hash(path))
+        self._submit(_relative(name), lambda: _sync_and_hash(path))
         return path
 
     def _path(self, name: str) -> Path:
@@ -277,7 +278,7 @@ _CRC_OPTION = threading.Lock()
 
 
 def _save_to(path: Path, obj: Any) -> FileEntry:
-    """``torch.save(obj)`` to ``path``, hashed as it is written, then synced; its entry.
+    """``torch.save(obj)`` to ``path``, hashed as it is written, then fsynced; its entry.
 
     Written without the zip format's CRC-32 of each record: computing it is most of the time
     ``torch.save`` takes (0.15 s of 0.27 s for 200 MB), and the manifest's XXH3-64 of the
@@ -308,6 +309,9 @@ def _save_to(path: Path, obj: Any) -> FileEntry:
             # torch.save writes to any object with write and flush (its documented contract);
             # its annotation names only str, PathLike and IO[bytes].
             torch.save(obj, watched)  # type: ignore[arg-type]
+            fh.flush()
+            # Synced now, on this thread: its writeback overlaps what the caller still writes.
+            os.fsync(fh.fileno())
     except Exception as exc:
         cause = watched.error if watched is not None and watched.error is not None else exc
         raise write_error(path, cause, "saved") from exc
@@ -316,14 +320,16 @@ def _save_to(path: Path, obj: Any) -> FileEntry:
     return watched.entry()
 
 
-def _hash(path: Path) -> FileEntry:
-    """The entry of a file a library wrote whole (safetensors'), read back from the page
-    cache."""
+def _sync_and_hash(path: Path) -> FileEntry:
+    """Fsync a file a library wrote whole (safetensors'), then its entry, read back from the
+    page cache (where the sync leaves its pages)."""
     try:
+        with open(path, "rb+") as fh:
+            os.fsync(fh.fileno())
         with atomic_folders.mapped(path) as view:
             return FileEntry(len(view), atomic_folders.checksum(view))
     except OSError as exc:
-        raise write_error(path, exc) from None
+        raise write_error(path, exc) from exc
 
 
 def sync_file(path: Path) -> None:
@@ -333,7 +339,7 @@ def sync_file(path: Path) -> None:
         with open(path, "rb+") as fh:
             os.fsync(fh.fileno())
     except OSError as exc:
-        raise write_error(path, exc) from None
+        raise write_error(path, exc) from exc
 
 
 def _sync_all(
