@@ -485,9 +485,12 @@ def marked(marker: str) -> list[int]:
     return found
 
 
-def start_marked(tmp_path: Path, marker: str) -> subprocess.Popen[bytes]:
+def start_marked(
+    tmp_path: Path, marker: str, extra_env: dict[str, str] | None = None
+) -> subprocess.Popen[bytes]:
     env = {k: v for k, v in os.environ.items() if not k.startswith("ACCELKW_")}
     env["LAUNCH_TEST_MARK"] = marker  # inherited by the agent and every worker
+    env.update(extra_env or {})
     return subprocess.Popen(
         [sys.executable, "-m", "accelkw_core", "launch", "--nproc-per-node", "2", "sleep.py"],
         cwd=tmp_path,
@@ -606,6 +609,69 @@ def test_an_early_ctrl_c_stops_everything_within_5_seconds(tmp_path: Path, phase
         assert ran == [], f"{phase}: workers ran past it ({ran}) though the test saw {seen}"
         # The issue's bound, a correctness one: torchrun alone waited 30 s for its workers.
         assert stopped < 5, stopped
+    finally:
+        for pid in marked(marker):
+            os.kill(pid, signal.SIGKILL)
+
+
+# A sitecustomize for the launch's processes. In torchrun's agent, the audit event
+# "subprocess.Popen" is raised just before each worker is forked: when it announces worker 1,
+# worker 0 is running and torchrun has not yet recorded either. There the agent waits until
+# worker 0 runs its script's body, then sends the launch a terminal's Ctrl-C and waits for the
+# forwarded signal, which torchrun's handler raises here, in the middle of starting its workers.
+CTRL_C_AT_SPAWN = """
+import os, signal, sys, time
+
+def _ctrl_c_when_worker_1_is_spawned(event, args):
+    if event != "subprocess.Popen" or (args[3] or {}).get("LOCAL_RANK") != "1":
+        return
+    deadline = time.monotonic() + 60
+    while not os.path.exists("pid0") and time.monotonic() < deadline:
+        time.sleep(0.01)
+    open("ctrl-c-sent", "w").close()
+    os.killpg(os.getpgid(os.getppid()), signal.SIGINT)
+    time.sleep(60)
+
+sys.addaudithook(_ctrl_c_when_worker_1_is_spawned)
+"""
+
+STOPPABLE = """
+import os, time
+rank = os.environ["RANK"]
+try:
+    with open(f"pid{rank}.tmp", "w") as fh:
+        fh.write(str(os.getpid()))
+    os.replace(f"pid{rank}.tmp", f"pid{rank}")
+    time.sleep(120)
+except KeyboardInterrupt:
+    open(f"interrupted{rank}", "w").close()
+"""
+
+
+@pytest.mark.multiprocess
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="reads /proc")
+def test_a_ctrl_c_while_torchrun_starts_the_workers_reaches_the_ones_already_started(
+    tmp_path: Path,
+) -> None:
+    """torchrun's agent takes a signal as an exception in its main thread; landing between
+    the first worker's fork and the agent's record of its workers, it left those already started
+    running in sessions of their own, without the Ctrl-C, until the agent exited."""
+    script(tmp_path, "sleep.py", STOPPABLE)
+    site = tmp_path / "site"
+    site.mkdir()
+    script(site, "sitecustomize.py", CTRL_C_AT_SPAWN)
+    marker = f"accelkw-test-{os.getpid()}-{time.monotonic_ns()}"
+    path = os.pathsep.join(filter(None, [str(site), os.environ.get("PYTHONPATH")]))
+    proc = start_marked(tmp_path, marker, extra_env={"PYTHONPATH": path})
+    try:
+        code = proc.wait(timeout=90)
+        err = proc.stderr.read().decode() if proc.stderr else ""
+        assert (tmp_path / "ctrl-c-sent").exists(), f"torchrun never started worker 1: {err}"
+        assert code == 130, err
+        assert wait_gone(marker, within=10) == [], "a process outlived the Ctrl-C"
+        assert not (tmp_path / "pid1").exists()  # the Ctrl-C came before worker 1
+        # Worker 0 got the Ctrl-C as torchrun's own workers get it, not a kill at the agent's exit.
+        assert (tmp_path / "interrupted0").exists(), err
     finally:
         for pid in marked(marker):
             os.kill(pid, signal.SIGKILL)
