@@ -6,8 +6,11 @@ For tests/test_restarts.py, run by ``accelkw launch --max-restarts N``::
 
 ARGS are the example's. For each fault, process ``RANK`` kills itself at ``MOMENT`` of step
 ``STEP``, on the first attempt that gets there only: it writes ``PATH.<i>`` (``i``, the fault's
-place in the list) first, and a fault whose file exists does not fire again. With steps in
-increasing order, attempt ``i`` is killed by fault ``i`` and attempt ``len(faults)`` completes.
+place in the list) first, and a fault whose file exists does not fire again. A fault fires only
+once every fault before it in the list has: with ``--async-saves`` a ``write`` fault fires on a
+background thread while training goes on, and another rank may reach the next fault's step
+before it. With steps in increasing order, attempt ``i`` is killed by fault ``i`` and attempt
+``len(faults)`` completes.
 
 - ``save``: inside the save of step ``STEP``, after the model, optimizer and scheduler files are
   in the temporary folder (from the ``state_dict()`` of an object registered for checkpointing,
@@ -47,16 +50,23 @@ class Faults:
 
     def __init__(self, text: str, marker: str) -> None:
         rank = int(os.environ.get("RANK", "0"))
-        self.faults: list[tuple[str, int, Path]] = []
+        # Each of this rank's faults, with the markers of the faults listed before it.
+        self.faults: list[tuple[str, int, Path, list[Path]]] = []
+        markers = [Path(f"{marker}.{i}") for i in range(len(text.split(",")))]
         for i, fault in enumerate(text.split(",")):
             moment, step, victim = fault.split(":")
             if int(victim) == rank:
-                self.faults.append((moment, int(step), Path(f"{marker}.{i}")))
+                self.faults.append((moment, int(step), markers[i], markers[:i]))
         self.last_step = 0
 
     def _fire(self, moments: tuple[str, ...], step: int) -> Path | None:
-        for moment, at, marker in self.faults:
-            if moment in moments and at == step and not marker.exists():
+        for moment, at, marker, earlier in self.faults:
+            if (
+                moment in moments
+                and at == step
+                and not marker.exists()
+                and all(m.exists() for m in earlier)
+            ):
                 return marker
         return None
 
