@@ -34,7 +34,7 @@ def _finish(process: subprocess.Popen[str]) -> tuple[int, str]:
     except subprocess.TimeoutExpired:
         process.kill()
         _, stderr = process.communicate()
-        pytest.fail(f"{process.args} did not exit within 120 s:\n{stderr}")
+        pytest.fail(f"{process.args!r} did not exit within 120 s:\n{stderr}")
     return process.returncode, stderr
 
 
