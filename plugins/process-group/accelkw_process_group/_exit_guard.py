@@ -1,19 +1,43 @@
-"""Let gloo's worker threads finish before the interpreter shuts down.
+"""Let gloo's worker threads release finished work before the interpreter finalises.
 
-gloo runs each collective on a worker thread ("pt_gloo_runloop") that drops its reference to the
-finished work *after* the caller has been woken. Dropping it frees the work's tensors, which
-needs the GIL. When a process ends right after a collective (a final ``gather``, then exit), the
-interpreter can already be finalising by then: Python 3.11 ends such a thread mid-unwind and the
-process aborts with "terminate called without an active exception" (SIGABRT, exit 134), even
-though training finished. ``destroy_process_group`` does not stop these threads while a
-``DistributedDataParallel`` model still holds the group. Releasing the GIL for a moment at exit
-lets them drop their work first. (Seen with torch 2.13 on CPU; see pytorch/pytorch PR 179291.)
+The race (torch 2.13, Python 3.11 to 3.13, seen as SIGABRT, exit 134, "terminate called without an
+active exception", after a run that ended right after a collective):
 
-Measured when it was added: 4 of 30 runs of ``accelkw demo`` (2 processes, a final gather) on a
-loaded 2-core machine aborted without the pause, 0 of 40 with it. The race depends on when the
-operating system runs gloo's thread, so no run reproduces it every time: holding the GIL across
-the final collective (``sys.setswitchinterval``) and 16 runs of a 2-process DDP script ending in
-a gather, with and without the pause, all exited cleanly (4 December).
+1. gloo runs each collective on a worker thread ("pt_gloo_runloop"). It completes the work's
+   future, which wakes the caller, and only then drops its own reference to the work.
+2. When the caller has already let go of the work (a synchronous ``all_gather`` or ``gather``
+   drops it as it returns), that drop destroys the work and its tensors. A tensor whose Python
+   object is alive goes from two owners to one, and torch then decrefs the Python object
+   (``TensorImpl::decref_pyobject``), which takes the GIL.
+3. The woken main thread holds the GIL and may run on into interpreter finalisation before
+   giving it up: a thread waiting for the GIL only asks for it after the switch interval (5 ms).
+4. Once finalisation has begun, Python 3.11 to 3.13 end a thread that waits for the GIL with
+   ``pthread_exit``. The forced unwind runs into the work's destructor, which is ``noexcept``,
+   so the C++ runtime calls ``std::terminate``. (Python 3.14 parks the thread instead.)
+
+The backtrace of the abort, taken with gdb: ``take_gil`` -> ``PyThread_exit_thread`` in
+``PyEval_AcquireThread`` <- ``pybind11::gil_scoped_acquire`` <- ``ConcretePyInterpreterVTable::
+decref`` <- ``TensorImpl::decref_pyobject`` <- ``~AsyncAllgatherWork`` <- ``ProcessGroupGloo::
+runLoop``, while the main thread is in ``Py_FinalizeEx``.
+
+The remedy: an ``atexit`` callback (it runs before finalisation) sleeps 50 ms, releasing the GIL.
+A worker already waiting gets it and finishes its drop; a worker just woken, which needs only
+microseconds of CPU to reach that point, has 50 ms for the operating system to run it. Only a
+thread kept off the CPU for longer than that can still lose the race. ``tests/test_exit_guard.py::
+test_a_run_ending_while_gloo_waits_for_the_gil_exits_cleanly_only_with_the_pause`` makes the
+race happen every time (the worker left holding the last reference to an ``all_gather``, a long
+switch interval, the GIL released during finalisation): 10 of 10 runs aborted without the pause,
+0 of 10 with it (5 December); before that, 4 of 30 ``accelkw demo`` runs on a loaded 2-core
+machine aborted without it, 0 of 40 with it.
+
+Why a pause and not a join: torch offers one synchronisation with these threads, the
+destructor of ``ProcessGroupGloo``, which waits for its queue and joins them; it runs only when
+the last reference to the group goes. ``destroy_process_group`` does not get there: gloo has no
+``shutdown``, and the group stays alive (both worker threads still running, the race still
+there in 4 of 5 runs of the test's script) until the garbage collector breaks a reference
+cycle, and for as long as a ``DistributedDataParallel`` model's reducer holds it, which for a
+user's model is until finalisation. A ``gc.collect()`` after the destroy did join them (3 of 3
+clean), but costs more than the pause and does nothing under DDP.
 """
 
 from __future__ import annotations
@@ -28,7 +52,11 @@ _registered = False
 
 
 def settle_workers_at_exit() -> None:
-    """Register, once per process, the pause that lets gloo's workers finish before exit."""
+    """Register, once per process, the pause that lets gloo's workers finish before exit.
+
+    It is registered when the group is created, so it runs after the ``atexit`` callbacks
+    registered later (an ``Accelerator``'s end of run, with its last collectives).
+    """
     global _registered
     if not _registered:
         atexit.register(_settle)
