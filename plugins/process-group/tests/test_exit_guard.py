@@ -50,6 +50,9 @@ def test_a_run_ending_while_gloo_waits_for_the_gil_exits_cleanly_only_with_the_p
         assert (code, ABORT in stderr) == (0, False), f"rank {rank} with the pause:\n{stderr}"
     # The control: the same run without the pause aborts, so the reproduction is live. Rank 0
     # is the rank the script makes deterministic (rank 1's handle may outlive its collective).
+    # Python 3.14 parks such a thread instead of ending it (gh-87135): nothing to abort there.
+    if sys.version_info >= (3, 14):
+        return
     code, stderr = without_pause[0]
     assert code == -signal.SIGABRT, f"rank 0 without the pause exited {code}:\n{stderr}"
     assert ABORT in stderr
