@@ -70,10 +70,12 @@ class FolderWriter:
         # Files written here whose entry is known as they are written (the bytes hashed on
         # their way to the file): only synced by finish().
         self._hashed: dict[str, FileEntry] = {}
-        # Background jobs, each ending with its file's entry: the largest state (an
-        # optimizer's) serialised and hashed on a thread while the caller goes on to the next
-        # file, and the weights' file hashed once written. Two cores copy into the page cache
-        # and hash side by side.
+        # Background jobs, each ending with its file's entry: a large file (an optimizer's,
+        # the weights') fsynced, and the weights' hashed, while the caller writes the next
+        # file. The files themselves are written one after the other on the caller's thread:
+        # two threads filling the page cache at once were slower, not faster, on the 2-core
+        # machines measured (docs/benchmarks.md), while the disk's writeback of one file
+        # overlaps the copying of the next.
         self._pending: dict[str, Future[FileEntry]] = {}
         self._writer: ThreadPoolExecutor | None = None
 
@@ -99,9 +101,9 @@ class FolderWriter:
         """Wait for every file to be written, then sync them all; what this process wrote.
 
         Each file is hashed as it is written (the weights' just after, on a thread). The two
-        large files (the optimizer's and the weights') are synced by their background jobs as
-        soon as each is written, so the disk takes one while the other is still being copied
-        into the page cache; the rest are synced here, once all are written.
+        large files (the optimizer's and the weights') are synced by background jobs as soon
+        as each is written, so the disk takes one while the next is being copied into the
+        page cache; the rest are synced here, once all are written.
         """
         error: BaseException | None = None
         try:
@@ -154,15 +156,16 @@ class FolderWriter:
         With ``owner`` (who the state belongs to, for the message), the bytes are first read
         back with ``torch.load(weights_only=True)``, as ``load_state`` will read them, so a
         state torch refuses fails now, naming ``owner``, and not at load time. Without it (an
-        optimizer's state, which is tensors and numbers) the file is written on a thread of
-        its own while the caller goes on; ``obj`` must not change until :meth:`finish`, which
-        raises what the writing raised.
+        optimizer's state, which is tensors and numbers, and large) it is written straight to
+        the file, hashed on its way, and fsynced on a thread while the caller goes on;
+        :meth:`finish` raises what the sync raised.
         """
         import torch
 
         if owner is None:
             path = self._path(name)
-            self._submit(_relative(name), lambda: _save_to(path, obj))
+            entry = _save_to(path, obj)
+            self._submit(_relative(name), lambda: _synced(path, entry))
             return path
         buffer = io.BytesIO()
         torch.save(obj, buffer)
@@ -182,7 +185,8 @@ class FolderWriter:
         """A dict of tensors as a safetensors file (``model.safetensors``).
 
         Written by safetensors' ``save_file``, straight from the tensors into the file (no
-        copy of the whole state in memory first); hashed on a thread while the caller goes on.
+        copy of the whole state in memory first); fsynced and hashed on a thread while the
+        caller goes on.
         """
         from safetensors import SafetensorError
         from safetensors.torch import save_file
@@ -278,7 +282,7 @@ _CRC_OPTION = threading.Lock()
 
 
 def _save_to(path: Path, obj: Any) -> FileEntry:
-    """``torch.save(obj)`` to ``path``, hashed as it is written, then fsynced; its entry.
+    """``torch.save(obj)`` to ``path``, hashed as it is written; its entry (not synced yet).
 
     Written without the zip format's CRC-32 of each record: computing it is most of the time
     ``torch.save`` takes (0.15 s of 0.27 s for 200 MB), and the manifest's XXH3-64 of the
@@ -309,15 +313,18 @@ def _save_to(path: Path, obj: Any) -> FileEntry:
             # torch.save writes to any object with write and flush (its documented contract);
             # its annotation names only str, PathLike and IO[bytes].
             torch.save(obj, watched)  # type: ignore[arg-type]
-            fh.flush()
-            # Synced now, on this thread: its writeback overlaps what the caller still writes.
-            os.fsync(fh.fileno())
     except Exception as exc:
         cause = watched.error if watched is not None and watched.error is not None else exc
         raise write_error(path, cause, "saved") from exc
     finally:
         restore()
     return watched.entry()
+
+
+def _synced(path: Path, entry: FileEntry) -> FileEntry:
+    """Fsync a file written and hashed on the caller's thread; its ``entry``."""
+    sync_file(path)
+    return entry
 
 
 def _sync_and_hash(path: Path) -> FileEntry:

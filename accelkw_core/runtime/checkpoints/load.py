@@ -103,6 +103,29 @@ def _kept_on_cpu(model: Any) -> Callable[[], Restore]:
     return keep
 
 
+def _kept_early(keep: Callable[[], Restore]) -> Callable[[], Restore]:
+    """Run ``keep`` on a thread from now on; asking for it waits for its copy.
+
+    A model's weights are copied while the rest of the checkpoint is read (the optimizer's
+    state, the larger part): nothing changes them before the apply asks for the copy, and the
+    copy then costs the load no time of its own. What ``keep`` raised is raised when asked.
+    """
+    from concurrent.futures import ThreadPoolExecutor
+
+    pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="accelkw-keep")
+    try:
+        future = pool.submit(keep)
+    finally:
+        pool.shutdown(wait=False)
+    return future.result
+
+
+def _on_cpu(module: Any) -> bool:
+    """Whether every tensor of ``module`` is in CPU memory (copied from a thread safely: no
+    device stream is involved)."""
+    return all(t.device.type == "cpu" for t in module.state_dict().values())
+
+
 def _kept_optimizer(optimizer: Any) -> Callable[[], Restore]:
     def keep() -> Restore:
         # No copy: an optimizer's load_state_dict builds a new state and never writes into the
@@ -254,11 +277,12 @@ def _read_models(
         # A tied weight's second name is not in a safetensors file (either framework's).
         weights = with_aliases(weights, unwrapped.state_dict())
         _check_weights(reader.folder / name, unwrapped, weights, strict)
+        keep = _kept_on_cpu(unwrapped)
         read.steps.append(
             _Step(
                 label,
                 _bind(unwrapped.load_state_dict, weights, **model_kwargs),
-                _kept_on_cpu(unwrapped),
+                _kept_early(keep) if _on_cpu(unwrapped) else keep,
                 True,
             )
         )

@@ -202,8 +202,8 @@ def _write_states(
         store[0].save_checkpoint(writer, what.models, what.optimizers)
     if shared:
         if not store:
-            # The optimizers first: their state is the largest, and is written on a thread
-            # while the rest is.
+            # The optimizers first: their state is the largest, and the disk takes it while
+            # the rest is written.
             for i, optimizer in enumerate(what.optimizers):
                 writer.save(numbered("optimizer.bin", i), optimizer.state_dict())
             for i, model_weights in enumerate(weights):
