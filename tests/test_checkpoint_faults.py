@@ -227,7 +227,7 @@ class _Full:
 @pytest.mark.parametrize(
     "name",
     [
-        "optimizer.bin",  # written on a thread of its own
+        "optimizer.bin",  # the first file written, synced on a thread
         "model.safetensors",
         "custom_checkpoint_0.pkl",
         "random_states_0.pkl",

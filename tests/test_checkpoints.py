@@ -180,8 +180,8 @@ def test_a_state_torch_would_refuse_fails_at_save_naming_its_owner(tmp_path: Pat
 def test_an_optimizer_state_that_cannot_be_written_fails_the_save_and_keeps_the_last(
     tmp_path: Path,
 ) -> None:
-    # An optimizer's state is written on a thread of its own: what goes wrong there is raised by
-    # save_state all the same, after every thread has stopped writing into the folder.
+    # What goes wrong writing an optimizer's state is raised by save_state, after every thread
+    # of the save (the large files' syncs) has stopped touching the folder.
     acc = make()
     _, optimizer, _, _ = trained(acc)
     acc.save_state(tmp_path / "ckpt")

@@ -116,11 +116,11 @@ def test_killed_workers_are_restarted_and_the_run_ends_bit_identical(
         marker = (folder / f"marker.{attempt - 1}").read_text()
         assert f"resumed at step {resumed_at(moment, int(step))} (restart {attempt})" in run.stdout
         if moment == "save":
-            # Killed with the weights and scheduler in the temporary folder, before the
-            # manifest: the next save removed that folder, saying so. (The optimizer's file is
-            # written on a thread of its own meanwhile: it may not have been opened yet.)
+            # Killed with the optimizer's file, the weights and the scheduler in the temporary
+            # folder (written in that order), before the manifest: the next save removed that
+            # folder, saying so.
             written = marker.split()
-            assert {"model.safetensors", "scheduler.bin"} <= set(written)
+            assert {"optimizer.bin", "model.safetensors", "scheduler.bin"} <= set(written)
             assert "accelkw_checkpoint.json" not in written
             assert "left by a save that was interrupted" in run.stderr
     assert f"done: {steps} steps" in run.stdout
