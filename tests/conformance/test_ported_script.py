@@ -45,9 +45,30 @@ def run(framework: str, tmp_path: Path, mixed_precision: str, nproc: int) -> dic
     proc = subprocess.run(
         launcher + script, env=env, capture_output=True, text=True, timeout=300, check=False
     )
-    assert proc.returncode == 0, proc.stderr[-4000:]
+    if framework == "accelerate" and _aborted_at_exit(proc, out):
+        # Accelerate's reference run met gloo's exit race after its work was done: a worker
+        # thread freeing a finished collective during finalisation aborts the process (SIGABRT).
+        # accelkw's process-group handler pauses at exit against it (docs/handlers/
+        # process_group.md, plugins/process-group/tests/test_exit_guard.py); Accelerate does
+        # not, so its numbers, already written whole, are kept. accelkw's runs stay strict.
+        pass
+    else:
+        assert proc.returncode == 0, proc.stderr[-4000:]
     result: dict[str, Any] = json.loads(out.read_text())
     return result
+
+
+def _aborted_at_exit(proc: subprocess.CompletedProcess[str], out: Path) -> bool:
+    """Whether a run ended in gloo's exit race (SIGABRT, alone or reported by torchrun), its
+    output written whole before it."""
+    aborted = proc.returncode == -6 or "exitcode: -6" in proc.stderr
+    if not aborted or "terminate called without an active exception" not in proc.stderr:
+        return False
+    try:
+        json.loads(out.read_text())
+    except (OSError, ValueError):
+        return False
+    return True
 
 
 def test_the_two_scripts_differ_in_their_import_lines_only() -> None:
