@@ -28,7 +28,8 @@ test_a_run_ending_while_gloo_waits_for_the_gil_exits_cleanly_only_with_the_pause
 race happen every time (the worker left holding the last reference to an ``all_gather``, a long
 switch interval, the GIL released during finalisation): 10 of 10 runs aborted without the pause,
 0 of 10 with it (5 December); before that, 4 of 30 ``accelkw demo`` runs on a loaded 2-core
-machine aborted without it, 0 of 40 with it.
+machine aborted without it, 0 of 40 with it. Accelerate has no such pause: its own 2-process run
+in ``tests/conformance/test_ported_script.py`` aborted so in CI on 5 December, its work done.
 
 Why a pause and not a join: torch offers one synchronisation with these threads, the
 destructor of ``ProcessGroupGloo``, which waits for its queue and joins them; it runs only when
