@@ -65,41 +65,57 @@ import time
 from pathlib import Path
 from typing import Any
 
-CHILD = r"""
+# What the save children share: the model with its AdamW state (one step taken), and a save
+# timed from an idle disk, made durable the fair way where the framework does not fsync.
+COMMON = r"""
 import json, os, shutil, sys, time
 from pathlib import Path
 import torch
 
-folder, framework, saves = Path(sys.argv[1]), sys.argv[2], int(sys.argv[3])
 torch.set_num_threads(1)
-torch.manual_seed(0)
-if framework == "accelkw":
-    from accelkw_core import Accelerator
-else:
-    from accelerate import Accelerator
-acc = Accelerator(cpu=True)
-model = torch.nn.Sequential(torch.nn.Linear(5000, 2500), torch.nn.Linear(2500, 5000))
-opt = torch.optim.AdamW(model.parameters(), lr=1e-3)
-model, opt = acc.prepare(model, opt)
-model(torch.randn(2, 5000)).sum().backward()
-opt.step()
-opt.zero_grad()
-save, load = [], []
-for i in range(saves):
-    target = folder / f"ckpt{i}"
+
+
+def build(accelerator_class):
+    torch.manual_seed(0)
+    acc = accelerator_class(cpu=True)
+    model = torch.nn.Sequential(torch.nn.Linear(5000, 2500), torch.nn.Linear(2500, 5000))
+    opt = torch.optim.AdamW(model.parameters(), lr=1e-3)
+    model, opt = acc.prepare(model, opt)
+    model(torch.randn(2, 5000)).sum().backward()
+    opt.step()
+    opt.zero_grad()
+    return acc
+
+
+def timed_save(acc, target, made_durable):
     # The disk starts each save idle: data an earlier save left unwritten (Accelerate's, which
     # does not fsync) would otherwise be flushed during the next one, whoever it is.
     os.sync()
     start = time.perf_counter()
     acc.save_state(target)
-    if framework == "accelerate":
-        # Made durable the fair way: its files, its folder and the folder's parent fsynced
-        # once it returns (what accelkw's save does before it returns).
+    if made_durable:
+        # Its files, its folder and the folder's parent fsynced once it returns (what
+        # accelkw's save does before it returns).
         for path in [p for p in target.rglob("*") if p.is_file()] + [target, target.parent]:
             fd = os.open(path, os.O_RDONLY)
             os.fsync(fd)
             os.close(fd)
-    save.append(time.perf_counter() - start)
+    return time.perf_counter() - start
+"""
+
+CHILD = (
+    COMMON
+    + r"""
+folder, framework, saves = Path(sys.argv[1]), sys.argv[2], int(sys.argv[3])
+if framework == "accelkw":
+    from accelkw_core import Accelerator
+else:
+    from accelerate import Accelerator
+acc = build(Accelerator)
+save, load = [], []
+for i in range(saves):
+    target = folder / f"ckpt{i}"
+    save.append(timed_save(acc, target, made_durable=framework == "accelerate"))
     if i < saves - 1:
         shutil.rmtree(target)
 size = sum(p.stat().st_size for p in target.rglob("*") if p.is_file())
@@ -110,6 +126,7 @@ for _ in range(saves):
     load.append(time.perf_counter() - start)
 print(json.dumps({"save": save, "load": load, "bytes": size}))
 """
+)
 
 # accelkw's asynchronous save: "blocked" times save_state (it returns once staged); "loop" times
 # --steps AdamW steps with a save every --every steps (0: none). The loop's clock stops at its
@@ -186,45 +203,24 @@ print(json.dumps(out))
 
 # Both frameworks in one process, their saves alternated (ABBA): each pair of saves runs
 # seconds apart, under the same load and the same state of the host's memory.
-INTERLEAVED = r"""
-import json, os, shutil, sys, time
-from pathlib import Path
-import torch
+INTERLEAVED = (
+    COMMON
+    + r"""
 import accelerate
 import accelkw_core
 
 folder, saves = Path(sys.argv[1]), int(sys.argv[2])
-torch.set_num_threads(1)
-
-def build(module):
-    torch.manual_seed(0)
-    acc = module.Accelerator(cpu=True)
-    model = torch.nn.Sequential(torch.nn.Linear(5000, 2500), torch.nn.Linear(2500, 5000))
-    opt = torch.optim.AdamW(model.parameters(), lr=1e-3)
-    model, opt = acc.prepare(model, opt)
-    model(torch.randn(2, 5000)).sum().backward()
-    opt.step()
-    opt.zero_grad()
-    return acc
-
-accs = {"accelerate": build(accelerate), "accelkw": build(accelkw_core)}
+accs = {"accelerate": build(accelerate.Accelerator), "accelkw": build(accelkw_core.Accelerator)}
 times = {name: [] for name in accs}
 for i in range(saves):
     order = ("accelerate", "accelkw") if i % 4 in (0, 3) else ("accelkw", "accelerate")
     for name in order:
         target = folder / f"{name}{i}"
-        os.sync()
-        start = time.perf_counter()
-        accs[name].save_state(target)
-        if name == "accelerate":
-            for path in [p for p in target.rglob("*") if p.is_file()] + [target, target.parent]:
-                fd = os.open(path, os.O_RDONLY)
-                os.fsync(fd)
-                os.close(fd)
-        times[name].append(time.perf_counter() - start)
+        times[name].append(timed_save(accs[name], target, made_durable=name == "accelerate"))
         shutil.rmtree(target)
 print(json.dumps(times))
 """
+)
 
 # The host's share of the noise: 200 MB written into a new file (no sync) right after 200 MB
 # of memory were freed, then again after 3 s idle. On a machine whose host takes back free

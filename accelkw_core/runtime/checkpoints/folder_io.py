@@ -109,7 +109,8 @@ class FolderWriter:
         try:
             for name, future in self._pending.items():
                 try:
-                    self._hashed[name] = future.result()
+                    # Each job synced its file: listed as done, not synced again below.
+                    self.entries[name] = future.result()
                 except BaseException as exc:  # every job is waited for before raising
                     error = error or exc
         finally:
@@ -211,7 +212,7 @@ class FolderWriter:
                 f"cannot be saved as safetensors ({_first_line(exc)}); "
                 "save_state(safe_serialization=False) writes pytorch_model.bin instead",
             ) from exc
-        self._submit(_relative(name), lambda: _sync_and_hash(path))
+        self._submit(_relative(name), lambda: entry_of(path))
         return path
 
     def _path(self, name: str) -> Path:
@@ -325,18 +326,6 @@ def _synced(path: Path, entry: FileEntry) -> FileEntry:
     """Fsync a file written and hashed on the caller's thread; its ``entry``."""
     sync_file(path)
     return entry
-
-
-def _sync_and_hash(path: Path) -> FileEntry:
-    """Fsync a file a library wrote whole (safetensors'), then its entry, read back from the
-    page cache (where the sync leaves its pages)."""
-    try:
-        with open(path, "rb+") as fh:
-            os.fsync(fh.fileno())
-        with atomic_folders.mapped(path) as view:
-            return FileEntry(len(view), atomic_folders.checksum(view))
-    except OSError as exc:
-        raise write_error(path, exc) from exc
 
 
 def sync_file(path: Path) -> None:

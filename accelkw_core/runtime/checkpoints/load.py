@@ -120,10 +120,10 @@ def _kept_early(keep: Callable[[], Restore]) -> Callable[[], Restore]:
     return future.result
 
 
-def _on_cpu(module: Any) -> bool:
-    """Whether every tensor of ``module`` is in CPU memory (copied from a thread safely: no
-    device stream is involved)."""
-    return all(t.device.type == "cpu" for t in module.state_dict().values())
+def _on_cpu(tensors: dict[str, Any]) -> bool:
+    """Whether every one of a model's ``tensors`` is in CPU memory (copied from a thread
+    safely: no device stream is involved)."""
+    return all(t.device.type == "cpu" for t in tensors.values())
 
 
 def _kept_optimizer(optimizer: Any) -> Callable[[], Restore]:
@@ -143,8 +143,10 @@ def _kept_stateful(obj: Any) -> Callable[[], Restore] | None:
     return None
 
 
-def _check_weights(path: Path, model: Any, weights: dict[str, Any], strict: bool) -> None:
-    current = model.state_dict()
+def _check_weights(
+    path: Path, model: Any, current: dict[str, Any], weights: dict[str, Any], strict: bool
+) -> None:
+    """Refuse ``weights`` that do not fit ``model``, whose own are ``current``."""
     if strict:
         missing = sorted(set(current) - set(weights))
         unexpected = sorted(set(weights) - set(current))
@@ -275,14 +277,15 @@ def _read_models(
             continue
         weights = _without_wrapper_prefix(weights, unwrapped, name, read.notes)
         # A tied weight's second name is not in a safetensors file (either framework's).
-        weights = with_aliases(weights, unwrapped.state_dict())
-        _check_weights(reader.folder / name, unwrapped, weights, strict)
+        current = unwrapped.state_dict()
+        weights = with_aliases(weights, current)
+        _check_weights(reader.folder / name, unwrapped, current, weights, strict)
         keep = _kept_on_cpu(unwrapped)
         read.steps.append(
             _Step(
                 label,
                 _bind(unwrapped.load_state_dict, weights, **model_kwargs),
-                _kept_early(keep) if _on_cpu(unwrapped) else keep,
+                _kept_early(keep) if _on_cpu(current) else keep,
                 True,
             )
         )
