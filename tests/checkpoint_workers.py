@@ -463,8 +463,9 @@ def async_resume(rank: int, folder: str, resume: bool) -> list[float]:
     return [float(x) for p in model.parameters() for x in p.detach().flatten()[:64]]
 
 
-def _fsdp_run(seed: int) -> tuple[Any, Any, Any]:
-    """FSDP2 with sharded state dicts and asynchronous saves: the Accelerator, model, AdamW."""
+def fsdp_async_run(seed: int, state_dict_type: str = "SHARDED_STATE_DICT") -> tuple[Any, Any, Any]:
+    """FSDP2 (sharded state dicts unless said) with asynchronous saves: the Accelerator, and
+    the model and AdamW of :func:`fsdp_model` prepared."""
     import accelkw_async_checkpoint.plugin
     import accelkw_ddp.plugin
     import accelkw_fsdp.plugin
@@ -487,15 +488,14 @@ def _fsdp_run(seed: int) -> tuple[Any, Any, Any]:
         cpu=True,
         registry=registry,
         kwargs_handlers=[AsyncCheckpointKwargs()],
-        fsdp_plugin=FullyShardedDataParallelPlugin(
-            fsdp_version=2, state_dict_type="SHARDED_STATE_DICT"
-        ),
+        fsdp_plugin=FullyShardedDataParallelPlugin(fsdp_version=2, state_dict_type=state_dict_type),
     )
-    model, optimizer = acc.prepare(*_fsdp_model(seed))
+    model, optimizer = acc.prepare(*fsdp_model(seed))
     return acc, model, optimizer
 
 
-def _fsdp_model(seed: int) -> tuple[Any, Any]:
+def fsdp_model(seed: int) -> tuple[Any, Any]:
+    """A small MLP seeded with ``seed`` and its AdamW, not prepared."""
     import torch
 
     torch.manual_seed(seed)
@@ -533,7 +533,7 @@ def fsdp_async_killed(rank: int, run_dir: str, victim: int) -> None:
     from accelkw_fsdp._checkpoint import FSDPCheckpoint
 
     out = Path(run_dir)
-    acc, model, optimizer = _fsdp_run(0)
+    acc, model, optimizer = fsdp_async_run(0)
     _fsdp_steps(acc, model, optimizer, rank, 0)
     weights = _fsdp_weights(model)
     if rank == 0:
@@ -576,7 +576,7 @@ def fsdp_async_resume(rank: int, run_dir: str) -> dict[str, Any]:
         real(*args)
 
     _checkpoint.save_later = save_later  # type: ignore[assignment]
-    acc, model, optimizer = _fsdp_run(7)
+    acc, model, optimizer = fsdp_async_run(7)
     acc.load_state(out / "ckpt")
     first = json.loads((out / "first.json").read_text())
     survived = _fsdp_weights(model) == first
@@ -589,7 +589,7 @@ def fsdp_async_resume(rank: int, run_dir: str) -> dict[str, Any]:
         str(p.relative_to(out / "second")) for p in (out / "second").rglob("*") if p.is_file()
     )
     acc.free_memory()
-    model, optimizer = acc.prepare(*_fsdp_model(9))
+    model, optimizer = acc.prepare(*fsdp_model(9))
     acc.load_state(out / "second")
     _fsdp_steps(acc, model, optimizer, rank, 6)
     resumed = _fsdp_weights(model)

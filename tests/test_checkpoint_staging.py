@@ -30,6 +30,7 @@ from accelkw_core.plugin import (
 )
 from accelkw_core.runtime.checkpoints.staging import staged
 from accelkw_core.testing import isolated_registry, plugin_of, run_workers
+from tests.checkpoint_workers import fsdp_async_run, fsdp_model
 
 SIZES = (1, 7, 256, 4096, 65536)
 
@@ -144,35 +145,6 @@ def _full_state(model: Any, optimizer: Any) -> dict[str, Any]:
     return flat
 
 
-def _fsdp_full_async(seed: int) -> tuple[Any, Any, Any]:
-    import accelkw_ddp.plugin
-    import accelkw_fsdp.plugin
-    import accelkw_process_group.plugin
-    from accelkw_fsdp import FullyShardedDataParallelPlugin
-
-    registry = isolated_registry(
-        [
-            accelkw_process_group.plugin,
-            accelkw_ddp.plugin,
-            accelkw_fsdp.plugin,
-            plugin_of(AsyncCheckpointKwargs),
-        ]
-    )
-    acc = Accelerator(
-        cpu=True,
-        registry=registry,
-        kwargs_handlers=[AsyncCheckpointKwargs()],
-        fsdp_plugin=FullyShardedDataParallelPlugin(
-            fsdp_version=2, state_dict_type="FULL_STATE_DICT"
-        ),
-    )
-    torch.manual_seed(seed)
-    model = torch.nn.Sequential(torch.nn.Linear(16, 64), torch.nn.ReLU(), torch.nn.Linear(64, 4))
-    optimizer = torch.optim.AdamW(model.parameters(), lr=0.05)
-    model, optimizer = acc.prepare(model, optimizer)
-    return acc, model, optimizer
-
-
 def _train(acc: Any, model: Any, optimizer: Any, rank: int, steps: int) -> None:
     for _ in range(steps):
         acc.backward(model(torch.randn(4, 16) + rank).pow(2).mean())
@@ -186,7 +158,7 @@ def fsdp_full_and_groups(rank: int, run_dir: str) -> dict[str, Any]:
     import torch.distributed as dist
 
     out = Path(run_dir)
-    acc, model, optimizer = _fsdp_full_async(0)
+    acc, model, optimizer = fsdp_async_run(0, "FULL_STATE_DICT")
     _train(acc, model, optimizer, rank, 3)
     torch.manual_seed(50 + rank)
     saved = _full_state(model, optimizer)
@@ -195,7 +167,7 @@ def fsdp_full_and_groups(rank: int, run_dir: str) -> dict[str, Any]:
     _train(acc, model, optimizer, rank, 3)  # changes every weight and moment in place
     acc.wait_for_checkpoints()
     acc.free_memory()
-    model, optimizer = _fsdp_full_async_model(acc, seed=9)
+    model, optimizer = acc.prepare(*fsdp_model(9))
     torch.manual_seed(12345)
     acc.load_state(out / "full")
     loaded = _full_state(model, optimizer)
@@ -219,14 +191,6 @@ def fsdp_full_and_groups(rank: int, run_dir: str) -> dict[str, Any]:
     result["groups"] = groups
     acc.end_training()
     return result
-
-
-def _fsdp_full_async_model(acc: Any, seed: int) -> tuple[Any, Any]:
-    torch.manual_seed(seed)
-    model = torch.nn.Sequential(torch.nn.Linear(16, 64), torch.nn.ReLU(), torch.nn.Linear(64, 4))
-    optimizer = torch.optim.AdamW(model.parameters(), lr=0.05)
-    prepared, prepared_optimizer = acc.prepare(model, optimizer)
-    return prepared, prepared_optimizer
 
 
 @pytest.mark.multiprocess
