@@ -21,6 +21,8 @@ any difference in torch's generator shows in the weights:
 Each run starts as a fresh process would (seeded, new objects prepared); the uninterrupted run
 and every stopped-then-resumed pair run in this process, one after the other. Writes
 ``FOLDER/result_<rank>.json``: per case, the batches each run saw and the final weights.
+``draw_resume_script.py FOLDER accelerate CASE...`` runs the named cases under Accelerate
+(tests/conformance/test_draw_resumes.py).
 """
 
 from __future__ import annotations
@@ -185,8 +187,13 @@ def run(
     return seen, weights
 
 
-def main(folder: Path) -> None:
-    from accelkw_core import Accelerator
+def main(folder: Path, framework: str = "accelkw", only: tuple[str, ...] = ()) -> None:
+    """Run every case (those named in ``only``), under accelkw or (``"accelerate"``)
+    Accelerate, whose API the loops use unchanged."""
+    if framework == "accelerate":
+        from accelerate import Accelerator
+    else:
+        from accelkw_core import Accelerator  # type: ignore[assignment]
 
     acc = Accelerator(cpu=True)
     total = 30 if acc.num_processes == 1 else 15  # steps: 12 batches a pass on 1, 6 on 2
@@ -202,6 +209,8 @@ def main(folder: Path) -> None:
         ("workers", {"save_every": 3}, "step_3"),
     ]
     for case, stop, checkpoint in cases:
+        if only and f"{case}_{checkpoint}" not in only:
+            continue
         where = folder / f"{case}_{checkpoint}"
         where.mkdir(parents=True, exist_ok=True)
         whole, weights = run(acc, case, where, max_steps=total)
@@ -220,4 +229,4 @@ def main(folder: Path) -> None:
 
 
 if __name__ == "__main__":
-    main(Path(sys.argv[1]))
+    main(Path(sys.argv[1]), *sys.argv[2:3], tuple(sys.argv[3:]))
