@@ -10,10 +10,13 @@ any difference in torch's generator shows in the weights:
   torch's global generator); the run saves ``step_N`` inside the loop every few steps; the
   resumed run loads one and skips the pass's done batches with ``skip_first_batches`` (the
   script's arithmetic), or (``mlm_continue``) iterates the loader and passes over them
-  (``continue``), as older scripts do.
+  (``continue``), as older scripts do; ``mlm_stream`` streams the lines (an
+  ``IterableDataset``, dispatched from the main process by default).
 - ``clm`` (run_clm_no_trainer.py, gradient accumulation 2): the run leaves the loop with
   ``break`` at ``max_train_steps`` in the middle of a pass and saves after the loop; the
   resumed run, with a larger ``max_train_steps``, continues by the script's arithmetic.
+- ``mlm_eval``: the mlm loop evaluating two batches after each epoch (leaving the evaluation
+  loader's pass with ``break``) and saving ``epoch_N`` after it; resumed at the next epoch.
 - ``workers`` (diffusers' image scripts): two worker processes, each sample given a random
   transform in ``__getitem__`` (torch, NumPy and Python draws), saved mid-pass after a batch
   that starts a round of workers and after one that does not.
@@ -90,6 +93,29 @@ class Images(torch.utils.data.Dataset):  # type: ignore[type-arg]
         return {"pixel_values": x.roll(shift) + jitter}
 
 
+class TextStream(torch.utils.data.IterableDataset):  # type: ignore[type-arg]
+    """The same lines streamed in order (a streaming dataset): dispatched by default."""
+
+    def __init__(self, tokenizer: Any) -> None:
+        self.texts = Texts(tokenizer)
+
+    def __len__(self) -> int:  # the scripts' step arithmetic needs it
+        return len(self.texts)
+
+    def __iter__(self) -> Any:
+        return (self.texts[i] for i in range(len(self.texts)))
+
+
+class AsDict:
+    """A collate function's ``BatchEncoding`` as a plain dict (what a dispatched batch holds)."""
+
+    def __init__(self, collate_fn: Any) -> None:
+        self.collate_fn = collate_fn
+
+    def __call__(self, samples: Any) -> dict[str, torch.Tensor]:
+        return dict(self.collate_fn(samples))
+
+
 def _model(inputs: int, outputs: int) -> torch.nn.Module:
     return torch.nn.Sequential(
         torch.nn.Linear(inputs, 16),
@@ -111,13 +137,14 @@ def run(
     max_steps: int,
     save_every: int | None = None,
     save_after: bool = False,
+    save_epochs: bool = False,
     resume: str | None = None,
 ) -> tuple[list[list[float]], list[float]]:
     """One run of ``case``: the batches it trained on and its final weights.
 
     It stops after ``max_steps`` optimizer steps (``break``), saving every ``save_every`` steps
-    inside the loop, or once after it (``save_after``); with ``resume``, it starts from that
-    checkpoint of ``folder``.
+    inside the loop, or once after it (``save_after``), or after each epoch's evaluation
+    (``save_epochs``); with ``resume``, it starts from that checkpoint of ``folder``.
     """
     from accelkw_core.utils import set_seed
 
@@ -133,22 +160,38 @@ def run(
 
         tokenizer = _tokenizer()
         collator = DataCollatorForLanguageModeling(tokenizer, mlm_probability=0.3)
-        loader = torch.utils.data.DataLoader(
-            Texts(tokenizer), batch_size=2, shuffle=True, collate_fn=collator
-        )
+        if case == "mlm_stream":
+            loader = torch.utils.data.DataLoader(
+                TextStream(tokenizer), batch_size=2, collate_fn=AsDict(collator)
+            )
+        else:
+            loader = torch.utils.data.DataLoader(
+                Texts(tokenizer), batch_size=2, shuffle=True, collate_fn=collator
+            )
         model = _model(17, 8)
+        # Evaluated with the same collate function, as run_mlm_no_trainer.py does, for two
+        # batches (a script's max_eval_steps: the loop leaves the pass with ``break``).
+        evaluation = torch.utils.data.DataLoader(
+            Texts(tokenizer), batch_size=2, collate_fn=collator
+        )
     optimizer = torch.optim.SGD(model.parameters(), lr=0.05)
     model, optimizer, loader = acc.prepare(model, optimizer, loader)
+    if case == "mlm_eval":
+        evaluation = acc.prepare(evaluation)
     per_epoch = math.ceil(len(loader) / accumulation)
     epochs = math.ceil(max_steps / per_epoch)
     completed, start, resume_step = 0, 0, None
     if resume is not None:
         # The scripts' own arithmetic on the checkpoint's name.
         acc.load_state(str(folder / resume))
-        resume_step = int(resume.replace("step_", "")) * accumulation
-        start = resume_step // len(loader)
-        completed = resume_step // accumulation
-        resume_step -= start * len(loader)
+        if resume.startswith("epoch_"):
+            start = int(resume.replace("epoch_", "")) + 1
+            completed = start * per_epoch
+        else:
+            resume_step = int(resume.replace("step_", "")) * accumulation
+            start = resume_step // len(loader)
+            completed = resume_step // accumulation
+            resume_step -= start * len(loader)
     seen: list[list[float]] = []
     for epoch in range(start, epochs):
         model.train()
@@ -177,6 +220,16 @@ def run(
                     acc.save_state(str(folder / f"step_{completed}"))
             if completed >= max_steps:
                 break
+        if case == "mlm_eval":
+            model.eval()
+            with torch.no_grad():
+                for step, batch in enumerate(evaluation):
+                    model(torch.nn.functional.one_hot(batch["input_ids"], 17).float())
+                    seen.append(_flat(batch))
+                    if step == 1:
+                        break
+        if save_epochs:
+            acc.save_state(str(folder / f"epoch_{epoch}"))
         if completed >= max_steps:
             break
     if save_after:
@@ -202,7 +255,9 @@ def main(folder: Path, framework: str = "accelkw", only: tuple[str, ...] = ()) -
     cases = [
         ("mlm", {"save_every": 5}, "step_5"),
         ("mlm_continue", {"save_every": 5}, "step_10"),
+        ("mlm_stream", {"save_every": 5}, "step_5"),
         ("clm", {"save_after": True}, "step_4"),
+        ("mlm_eval", {"save_epochs": True}, "epoch_0"),
         # Worker rounds of 2 batches: inside the first round, after one, inside one.
         ("workers", {"save_every": 1}, "step_1"),
         ("workers", {"save_every": 4}, "step_4"),
@@ -214,13 +269,14 @@ def main(folder: Path, framework: str = "accelkw", only: tuple[str, ...] = ()) -
         where = folder / f"{case}_{checkpoint}"
         where.mkdir(parents=True, exist_ok=True)
         whole, weights = run(acc, case, where, max_steps=total)
-        stopped_steps = int(checkpoint.replace("step_", ""))
+        # The stopped run ends at its checkpoint: the steps it names, or the first epoch.
+        per_pass = 24 // (2 * acc.num_processes)
+        stopped_steps = per_pass if checkpoint == "epoch_0" else int(checkpoint[5:])
         first, _ = run(acc, case, where, max_steps=stopped_steps, **stop)  # type: ignore[arg-type]
         rest, resumed = run(acc, case, where, max_steps=total, resume=checkpoint)
-        accumulation = 2 if case == "clm" else 1
         results[f"{case}_{checkpoint}"] = {
             "whole": whole,
-            "chain": first[: stopped_steps * accumulation] + rest,
+            "chain": first + rest,
             "weights": weights,
             "resumed": resumed,
         }

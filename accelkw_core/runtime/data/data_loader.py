@@ -5,6 +5,7 @@ Imported by ``Accelerator.prepare`` only, so importing torch here costs nothing 
 
 from __future__ import annotations
 
+import dataclasses
 import inspect
 import itertools
 import math
@@ -15,7 +16,7 @@ from typing import Any, cast
 import torch
 from torch.utils.data import DataLoader, IterableDataset, RandomSampler
 
-from accelkw_core.errors import AccelkwError, ConfigError
+from accelkw_core.errors import AccelkwError, CheckpointWarning, ConfigError
 from accelkw_core.runtime.data.batch_dispatch import (
     DispatchedBatch,
     IterableShard,
@@ -220,9 +221,10 @@ class PreparedDataLoader(DataLoader[Any]):
         if self._live is not None:
             return self._live.position()
         generator = self.shuffle_generator
+        state = generator.get_state() if generator is not None else None
         started = self._in_pass or self._abandoned
         if started and not self.end_of_dataloader:
-            return {
+            position = {
                 "epoch": self.epoch,
                 "generator": self._pass_state,
                 "global_generator": self._pass_global,
@@ -230,7 +232,13 @@ class PreparedDataLoader(DataLoader[Any]):
                 "ahead": self._reads.ahead(self._consumed),
                 "workers": self._reads.worker_plan(self._consumed),
             }
-        state = generator.get_state() if generator is not None else None
+            if self._abandoned:
+                # Left with ``break``: a resumed run that skips the done batches continues the
+                # pass; one that iterates the loader starts the next pass, as this run's next
+                # iteration would (the epoch not counted on, the order generator where it is).
+                position["left"] = True
+                position["next_generator"] = state
+            return position
         return {"epoch": self.epoch + (1 if started else 0), "generator": state}
 
     def resume_position(self, position: dict[str, Any]) -> None:
@@ -242,8 +250,9 @@ class PreparedDataLoader(DataLoader[Any]):
         if hasattr(position, "get"):
             self.epoch = int(position.get("epoch", self.epoch))
             generator = self.shuffle_generator
-            if generator is not None and position.get("generator") is not None:
-                generator.set_state(position["generator"])
+            key = "next_generator" if position.get("left") else "generator"
+            if generator is not None and position.get(key) is not None:
+                generator.set_state(position[key])
             self._replay = Replay.from_position(position)
             self._warn_inexact_workers()
 
@@ -264,6 +273,7 @@ class PreparedDataLoader(DataLoader[Any]):
                 f"load_state: a data loader with num_workers={self.num_workers} and "
                 f"{' and '.join(why)} resumes the batches of the saved run, but not its "
                 "workers' random draws (a random transform in the dataset may differ)",
+                CheckpointWarning,
                 stacklevel=4,
             )
 
@@ -338,6 +348,8 @@ class PreparedDataLoader(DataLoader[Any]):
         generator = self.shuffle_generator
         self._pass_state = generator.get_state() if generator is not None else None
         replay, self._replay = self._replay, None
+        if replay is not None and replay.left:
+            replay = None  # a pass the loop had left: iterated again, the next pass begins
         # A resumed pass replays its opening draws, then gives back what the load restored.
         restored = global_states() if replay is not None else None
         if replay is not None:
@@ -352,6 +364,7 @@ class PreparedDataLoader(DataLoader[Any]):
             restored=restored,
             workers=self.num_workers,
             handed_over=replay is not None and isinstance(sampler, SkipBatchSampler),
+            ahead=self._per_read(),
         )
         self._reads, self._consumed = reads, first
         if replay is not None and replay.workers and first == int(replay.workers["at"]):
@@ -971,5 +984,12 @@ def skip_first_batches(dataloader: Any, num_batches: int = 0) -> Any:
     # pass to replay, and reports its position and its epochs to that loader.
     origin = dataloader._origin if dataloader._origin is not None else dataloader
     skipped._origin = origin
-    skipped._replay, dataloader._replay = dataloader._replay, None
+    replay, dataloader._replay = dataloader._replay, None
+    if replay is not None and replay.left:
+        # The script continues the pass the saved loop had left: its order again.
+        generator = dataloader.shuffle_generator
+        if generator is not None and replay.order is not None:
+            generator.set_state(replay.order)
+        replay = dataclasses.replace(replay, left=False)
+    skipped._replay = replay
     return skipped

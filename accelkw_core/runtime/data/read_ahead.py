@@ -35,11 +35,17 @@ class Replay:
     not yet used at the save (from ``index``, ``count`` of them) and the global states before
     the first was fetched; ``None`` when none were. ``workers``: ``{"at", "states"}``, each
     worker's states before it made batch ``at`` of the pass; ``None`` without workers.
+    ``left``: the loop had left the pass (``break``) before the save; then ``order`` is the
+    state the pass's shuffling generator drew its order from (the loader's generator is set to
+    where the next pass starts, and to ``order`` only when ``skip_first_batches`` continues the
+    pass).
     """
 
     opening: dict[str, Any]
     ahead: dict[str, Any] | None = None
     workers: dict[str, Any] | None = None
+    left: bool = False
+    order: Any = None
 
     @classmethod
     def from_position(cls, position: Any) -> Replay | None:
@@ -49,7 +55,14 @@ class Replay:
             opening = {"torch": position["global_generator"]}
         if opening is None:
             return None
-        return cls(opening, position.get("ahead"), position.get("workers"))
+        left = bool(position.get("left", False))
+        return cls(
+            opening,
+            position.get("ahead"),
+            position.get("workers"),
+            left=left,
+            order=position.get("generator") if left else None,
+        )
 
 
 class PassReads:
@@ -59,7 +72,8 @@ class PassReads:
     unwrapped). Given a ``replay`` and the states a load restored (``restored``), it sets the
     states the batch that was ahead was fetched from just before fetching it, and ``restored``
     once the last batch that was ahead is fetched. ``handed_over``: a skipping batch sampler
-    calls :meth:`hand_over` before the pass's first fetch.
+    calls :meth:`hand_over` before the pass's first fetch. ``ahead``: how many fetches a
+    batch the loader yields takes (it reads one such batch ahead).
     """
 
     def __init__(
@@ -70,6 +84,7 @@ class PassReads:
         restored: dict[str, Any] | None = None,
         workers: int = 0,
         handed_over: bool = False,
+        ahead: int = 1,
     ) -> None:
         self.first = first
         # A skipping batch sampler hands over at ``first`` (hand_over): torch's first fetch
@@ -77,7 +92,11 @@ class PassReads:
         self._handed_over = handed_over
         self.count = first  # the index in the pass of the next fetch
         self._workers = workers
-        self._before: collections.deque[tuple[int, dict[str, Any]]] = collections.deque(maxlen=4)
+        # The states before each fetch of the batches a save may find ahead (``ahead`` of
+        # them, a dispatched global batch's several), and one more.
+        self._before: collections.deque[tuple[int, dict[str, Any]]] = collections.deque(
+            maxlen=ahead + 2
+        )
         # Enough for two rounds of workers behind the first unused batch, and a dispatched
         # global batch (several of the loader's) read ahead of it.
         self._taps: collections.deque[tuple[int, int, bytes]] = collections.deque(
