@@ -103,10 +103,10 @@ class PassReads:
             maxlen=2 * workers + 64
         )
         self._restored = restored
-        ahead = replay.ahead if replay is not None else None
-        self._switch_at = int(ahead["index"]) if ahead else None
-        self._switch_states: dict[str, Any] | None = ahead["states"] if ahead else None
-        self._restore_after = int(ahead["index"]) + int(ahead["count"]) - 1 if ahead else None
+        saved = replay.ahead if replay is not None else None
+        self._switch_at = int(saved["index"]) if saved else None
+        self._switch_states: dict[str, Any] | None = saved["states"] if saved else None
+        self._restore_after = int(saved["index"]) + int(saved["count"]) - 1 if saved else None
 
     @property
     def pending(self) -> bool:
