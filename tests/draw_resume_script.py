@@ -11,7 +11,8 @@ any difference in torch's generator shows in the weights:
   resumed run loads one and skips the pass's done batches with ``skip_first_batches`` (the
   script's arithmetic), or (``mlm_continue``) iterates the loader and passes over them
   (``continue``), as older scripts do; ``mlm_stream`` streams the lines (an
-  ``IterableDataset``, dispatched from the main process by default).
+  ``IterableDataset``, dispatched from the main process by default); ``mlm_noise``'s collate
+  function also draws from NumPy's and Python's generators.
 - ``clm`` (run_clm_no_trainer.py, gradient accumulation 2): the run leaves the loop with
   ``break`` at ``max_train_steps`` in the middle of a pass and saves after the loop; the
   resumed run, with a larger ``max_train_steps``, continues by the script's arithmetic.
@@ -106,6 +107,19 @@ class TextStream(torch.utils.data.IterableDataset):  # type: ignore[type-arg]
         return (self.texts[i] for i in range(len(self.texts)))
 
 
+class WithNoise:
+    """A collate function that also draws from NumPy's and Python's generators (a noise level,
+    as an augmentation library would), in the main process."""
+
+    def __init__(self, collate_fn: Any) -> None:
+        self.collate_fn = collate_fn
+
+    def __call__(self, samples: Any) -> Any:
+        batch = self.collate_fn(samples)
+        batch["noise"] = torch.tensor([float(np.random.uniform()), random.random()])
+        return batch
+
+
 class AsDict:
     """A collate function's ``BatchEncoding`` as a plain dict (what a dispatched batch holds)."""
 
@@ -166,7 +180,10 @@ def run(
             )
         else:
             loader = torch.utils.data.DataLoader(
-                Texts(tokenizer), batch_size=2, shuffle=True, collate_fn=collator
+                Texts(tokenizer),
+                batch_size=2,
+                shuffle=True,
+                collate_fn=WithNoise(collator) if case == "mlm_noise" else collator,
             )
         model = _model(17, 8)
         # Evaluated with the same collate function, as run_mlm_no_trainer.py does, for two
@@ -256,6 +273,7 @@ def main(folder: Path, framework: str = "accelkw", only: tuple[str, ...] = ()) -
         ("mlm", {"save_every": 5}, "step_5"),
         ("mlm_continue", {"save_every": 5}, "step_10"),
         ("mlm_stream", {"save_every": 5}, "step_5"),
+        ("mlm_noise", {"save_every": 5}, "step_5"),
         ("clm", {"save_after": True}, "step_4"),
         ("mlm_eval", {"save_epochs": True}, "epoch_0"),
         # Worker rounds of 2 batches: inside the first round, after one, inside one.

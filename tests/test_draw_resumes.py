@@ -28,6 +28,7 @@ CASES = [
     "mlm_step_5",
     "mlm_continue_step_10",
     "mlm_stream_step_5",
+    "mlm_noise_step_5",
     "clm_step_4",
     "mlm_eval_epoch_0",
     "workers_step_1",

@@ -24,7 +24,7 @@ from accelkw_core.runtime.data.batch_dispatch import (
 )
 from accelkw_core.runtime.data.dataloader_config import DataLoaderConfiguration
 from accelkw_core.runtime.data.generators import global_states, set_global_states
-from accelkw_core.runtime.data.read_ahead import PassReads, Replay
+from accelkw_core.runtime.data.read_ahead import DrawWatch, PassReads, Replay
 from accelkw_core.runtime.data.worker_draws import WorkerStart, WorkerTap
 from accelkw_core.runtime.state import RunState
 
@@ -137,6 +137,8 @@ class PreparedDataLoader(DataLoader[Any]):
         self._in_pass = False
         self._abandoned = False
         self._worker_plan: dict[int, dict[str, Any]] | None = None
+        # Whether this loader's fetches draw from NumPy (its copies share what it learnt).
+        self._watch = DrawWatch()
         # Batches of a pass read and dropped that len() leaves out (see skip_first_batches).
         self._dropped = 0
         # For a copy made by skip_first_batches: the loader it stands for (the one prepared,
@@ -232,6 +234,14 @@ class PreparedDataLoader(DataLoader[Any]):
                 "ahead": self._reads.ahead(self._consumed),
                 "workers": self._reads.worker_plan(self._consumed),
             }
+            if self._reads.unseen_ahead(self._consumed):
+                warnings.warn(
+                    "save_state: the batch a data loader had fetched ahead of the loop was the "
+                    "first to draw from NumPy's global generator; a run resumed from this "
+                    "checkpoint draws it from NumPy's state at the save (later saves are exact)",
+                    CheckpointWarning,
+                    stacklevel=4,
+                )
             if self._abandoned:
                 # Left with ``break``: a resumed run that skips the done batches continues the
                 # pass; one that iterates the loader starts the next pass, as this run's next
@@ -365,6 +375,7 @@ class PreparedDataLoader(DataLoader[Any]):
             workers=self.num_workers,
             handed_over=replay is not None and isinstance(sampler, SkipBatchSampler),
             ahead=self._per_read(),
+            watch=self._watch,
         )
         self._reads, self._consumed = reads, first
         if replay is not None and replay.workers and first == int(replay.workers["at"]):
@@ -980,6 +991,7 @@ def skip_first_batches(dataloader: Any, num_batches: int = 0) -> Any:
         )
         skipped._dropped = num_batches - unread
     skipped.epoch = dataloader.epoch
+    skipped._watch = dataloader._watch
     # The copy iterates for the prepared loader, which the checkpoint records: it takes over a
     # pass to replay, and reports its position and its epochs to that loader.
     origin = dataloader._origin if dataloader._origin is not None else dataloader

@@ -20,10 +20,28 @@ import dataclasses
 from collections.abc import Iterator
 from typing import Any
 
-from accelkw_core.runtime.data.generators import global_states, set_global_states
+from accelkw_core.runtime.data.generators import (
+    global_states,
+    numpy_fingerprint,
+    set_global_states,
+)
 from accelkw_core.runtime.data.worker_draws import Tapped, read_worker_states
 
-__all__ = ["PassReads", "Replay"]
+__all__ = ["DrawWatch", "PassReads", "Replay"]
+
+
+class DrawWatch:
+    """Whether a loader's fetches draw from NumPy's global generator, learnt as it fetches.
+
+    Reading NumPy's state before every fetch costs more than most batches; until a fetch is
+    seen to draw from it (by :func:`numpy_fingerprint`), only its fingerprint is read; a pass
+    keeps the fetches that drew unseen (a save with one of them ahead says so).
+    """
+
+    __slots__ = ("numpy",)
+
+    def __init__(self) -> None:
+        self.numpy = False
 
 
 @dataclasses.dataclass
@@ -85,6 +103,7 @@ class PassReads:
         workers: int = 0,
         handed_over: bool = False,
         ahead: int = 1,
+        watch: DrawWatch | None = None,
     ) -> None:
         self.first = first
         # A skipping batch sampler hands over at ``first`` (hand_over): torch's first fetch
@@ -103,6 +122,8 @@ class PassReads:
             maxlen=2 * workers + 64
         )
         self._restored = restored
+        self._watch = watch if watch is not None else DrawWatch()
+        self._unseen: set[int] = set()  # fetches that drew from NumPy before it was watched
         saved = replay.ahead if replay is not None else None
         self._switch_at = int(saved["index"]) if saved else None
         self._switch_states: dict[str, Any] | None = saved["states"] if saved else None
@@ -140,12 +161,20 @@ class PassReads:
             if index == self._switch_at and self._switch_states is not None and not handed:
                 set_global_states(self._switch_states)
                 self._switch_states = None
-            self._before.append((index, global_states()))
+            # With workers the main process only receives the batch: nothing it does draws
+            # from Python's or NumPy's generator, so torch's (the pass's opening) is enough.
+            main = self._workers == 0
+            numpy = main and self._watch.numpy
+            self._before.append((index, global_states(python=main, numpy=numpy)))
+            fingerprint = numpy_fingerprint() if main and not numpy else None
             try:
                 batch = next(batches)
             except StopIteration:
                 self.restore()
                 return
+            if fingerprint is not None and numpy_fingerprint() != fingerprint:
+                self._watch.numpy = True  # read NumPy's state before every fetch from now on
+                self._unseen.add(index)
             if isinstance(batch, Tapped):
                 self._taps.append((index, batch.worker, batch.states))
                 batch = batch.batch
@@ -163,6 +192,11 @@ class PassReads:
         if states is None:
             return None
         return {"index": consumed, "count": self.count - consumed, "states": states}
+
+    def unseen_ahead(self, consumed: int) -> bool:
+        """Whether a batch fetched beyond the first ``consumed`` drew from NumPy's generator
+        before the loader watched it (its states before the fetch lack NumPy's)."""
+        return any(consumed <= index < self.count for index in self._unseen)
 
     def worker_plan(self, consumed: int) -> dict[str, Any] | None:
         """Each worker's states before the round of batches that holds batch ``consumed``.
