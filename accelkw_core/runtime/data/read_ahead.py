@@ -116,10 +116,10 @@ class PassReads:
         self._before: collections.deque[tuple[int, dict[str, Any]]] = collections.deque(
             maxlen=ahead + 2
         )
-        # Enough for two rounds of workers behind the first unused batch, and a dispatched
-        # global batch (several of the loader's) read ahead of it.
+        # Enough for two rounds of workers behind the first unused batch, and what is read
+        # ahead of it (a dispatched global batch is several of the loader's).
         self._taps: collections.deque[tuple[int, int, bytes]] = collections.deque(
-            maxlen=2 * workers + 64
+            maxlen=2 * workers + ahead + 2
         )
         self._restored = restored
         self._watch = watch if watch is not None else DrawWatch()
