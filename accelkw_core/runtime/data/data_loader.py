@@ -5,22 +5,27 @@ Imported by ``Accelerator.prepare`` only, so importing torch here costs nothing 
 
 from __future__ import annotations
 
+import dataclasses
 import inspect
 import itertools
 import math
-from collections.abc import Iterator, Sized
+import warnings
+from collections.abc import Callable, Iterator, Sized
 from typing import Any, cast
 
 import torch
 from torch.utils.data import DataLoader, IterableDataset, RandomSampler
 
-from accelkw_core.errors import AccelkwError, ConfigError
+from accelkw_core.errors import AccelkwError, CheckpointWarning, ConfigError
 from accelkw_core.runtime.data.batch_dispatch import (
     DispatchedBatch,
     IterableShard,
     dispatched_batches,
 )
 from accelkw_core.runtime.data.dataloader_config import DataLoaderConfiguration
+from accelkw_core.runtime.data.generators import global_states, set_global_states
+from accelkw_core.runtime.data.read_ahead import DrawWatch, PassReads, Replay
+from accelkw_core.runtime.data.worker_draws import WorkerStart, WorkerTap
 from accelkw_core.runtime.state import RunState
 
 __all__ = [
@@ -116,11 +121,26 @@ class PreparedDataLoader(DataLoader[Any]):
         # The shuffling generator's state when the current pass drew its order, so that a
         # checkpoint taken mid-pass gives a resumed run the same order (see position()).
         self._pass_state: Any = None
-        # torch's global generator when the pass began: a pass draws from it as it starts (the
+        # The global generators when the pass began: a pass draws from them as it starts (the
         # loader's base seed; the order, for a sampler without a generator of its own), so a
-        # resumed pass replays those draws from it and then goes back to the restored state.
+        # resumed pass replays those draws from them and then goes back to the restored state.
+        # _pass_global is torch's alone, the key older checkpoints have.
+        self._pass_draws: dict[str, Any] | None = None
         self._pass_global: Any = None
-        self._replay: Any = None
+        self._replay: Replay | None = None
+        # The current pass's fetches (what it read ahead of the loop, and from which states),
+        # how many of its batches the loop has had, whether it is running or was left (a
+        # ``break``: a save then still records where it stood), and for a resumed pass, the
+        # states to start its workers with.
+        self._reads = PassReads(0)
+        self._consumed = 0
+        self._in_pass = False
+        self._abandoned = False
+        self._worker_plan: dict[int, dict[str, Any]] | None = None
+        # Whether this loader's fetches draw from NumPy (its copies share what it learnt).
+        self._watch = DrawWatch()
+        # Batches of a pass read and dropped that len() leaves out (see skip_first_batches).
+        self._dropped = 0
         # For a copy made by skip_first_batches: the loader it stands for (the one prepared,
         # which a checkpoint records), and on that loader, the copy iterating now.
         self._origin: PreparedDataLoader | None = None
@@ -190,33 +210,82 @@ class PreparedDataLoader(DataLoader[Any]):
     def position(self) -> dict[str, Any]:
         """What a checkpoint keeps of this loader: the epoch and its order generator's state.
 
-        Mid-pass, the state the pass drew its order from, torch's global generator's state
-        when it began, and its epoch: a resumed run goes through the same pass again, drawing
-        what it drew, and skips what it did. On the last batch of a pass, as if the pass had
-        ended: a resumed run starts the next one. While a copy made by ``skip_first_batches``
-        iterates for this loader, the copy's position.
+        Mid-pass (also once the loop has left the pass with ``break``, until a new pass
+        begins): the state the pass drew its order from, the global generators' states when it
+        began, its epoch, the batches it had fetched beyond those the loop had (``ahead``:
+        where they start, how many, and the global states the first was fetched from) and,
+        with worker processes, each worker's states (``workers``). A resumed run goes through
+        the same pass again, drawing what it drew, skips what it did, and fetches what was
+        ahead from the same states. On the last batch of a pass, as if the pass had ended: a
+        resumed run starts the next one. While a copy made by ``skip_first_batches`` iterates
+        (or was left) for this loader, the copy's position.
         """
         if self._live is not None:
             return self._live.position()
         generator = self.shuffle_generator
-        active = self.progress is not None and self in self.progress.active
-        if active and not self.end_of_dataloader:
-            return {
+        state = generator.get_state() if generator is not None else None
+        started = self._in_pass or self._abandoned
+        if started and not self.end_of_dataloader:
+            position = {
                 "epoch": self.epoch,
                 "generator": self._pass_state,
                 "global_generator": self._pass_global,
+                "pass_states": self._pass_draws,
+                "ahead": self._reads.ahead(self._consumed),
+                "workers": self._reads.worker_plan(self._consumed),
             }
-        state = generator.get_state() if generator is not None else None
-        return {"epoch": self.epoch + (1 if active else 0), "generator": state}
+            if self._reads.unseen_ahead(self._consumed):
+                warnings.warn(
+                    "save_state: the batch a data loader had fetched ahead of the loop was the "
+                    "first to draw from NumPy's global generator; a run resumed from this "
+                    "checkpoint draws it from NumPy's state at the save (later saves are exact)",
+                    CheckpointWarning,
+                    stacklevel=4,
+                )
+            if self._abandoned:
+                # Left with ``break``: a resumed run that skips the done batches continues the
+                # pass; one that iterates the loader starts the next pass, as this run's next
+                # iteration would (the epoch not counted on, the order generator where it is).
+                position["left"] = True
+                position["next_generator"] = state
+            return position
+        return {"epoch": self.epoch + (1 if started else 0), "generator": state}
 
     def resume_position(self, position: dict[str, Any]) -> None:
-        """Take back what :meth:`position` gave: the next pass draws the saved order."""
+        """Take back what :meth:`position` gave: the next pass draws the saved order.
+
+        Warns when the saved pass's worker processes cannot start where they stood
+        (``persistent_workers``, ``in_order=False``).
+        """
         if hasattr(position, "get"):
             self.epoch = int(position.get("epoch", self.epoch))
             generator = self.shuffle_generator
-            if generator is not None and position.get("generator") is not None:
-                generator.set_state(position["generator"])
-            self._replay = position.get("global_generator")
+            key = "next_generator" if position.get("left") else "generator"
+            if generator is not None and position.get(key) is not None:
+                generator.set_state(position[key])
+            self._replay = Replay.from_position(position)
+            self._warn_inexact_workers()
+
+    def _warn_inexact_workers(self) -> None:
+        """Say so when a resumed run's workers will not draw what the saved run's drew."""
+        if not self.num_workers:
+            return
+        why = []
+        if self.persistent_workers:
+            why.append(
+                "persistent_workers=True (its workers kept drawing across passes; a resumed "
+                "run starts new ones)"
+            )
+        if getattr(self, "in_order", True) is False:
+            why.append("in_order=False (which worker makes which batch is not fixed)")
+        if why:
+            warnings.warn(
+                f"load_state: a data loader with num_workers={self.num_workers} and "
+                f"{' and '.join(why)} resumes the batches of the saved run, but not its "
+                "workers' random draws (a random transform in the dataset may differ)",
+                CheckpointWarning,
+                stacklevel=4,
+            )
 
     def _opening_remainder(self) -> int:
         """``remainder`` as a pass begins: the real samples of its last round, ``-1`` if unknown."""
@@ -233,13 +302,39 @@ class PreparedDataLoader(DataLoader[Any]):
             return 0
         return length % total
 
+    def __len__(self) -> int:
+        return max(super().__len__() - self._dropped, 0)
+
+    def _per_read(self) -> int:
+        """How many batches of the pass (torch's) each batch this loader yields is made of."""
+        return 1
+
+    def _torch_iterator(self) -> Iterator[Any]:
+        """torch's iterator for this pass, counted by the pass's :class:`PassReads`.
+
+        With worker processes, its workers collate through :class:`WorkerTap` (each batch comes
+        with the worker's states) and start through :class:`WorkerStart` (a resumed pass's
+        workers take the states its checkpoint recorded); the loader's own ``collate_fn`` and
+        ``worker_init_fn`` are put back once the workers have them.
+        """
+        if not self.num_workers:
+            return self._reads(DataLoader.__iter__(self))
+        collate_fn, init_fn = self.collate_fn, self.worker_init_fn
+        plan, self._worker_plan = self._worker_plan, None
+        self.collate_fn = WorkerTap(collate_fn)
+        self.worker_init_fn = WorkerStart(init_fn, plan)
+        try:
+            return self._reads(DataLoader.__iter__(self))
+        finally:
+            self.collate_fn, self.worker_init_fn = collate_fn, init_fn
+
     def _stream(self) -> Iterator[tuple[Any, bool]]:
         """This pass's batches on the device, each with whether it is the pass's last.
 
         Read one ahead, so the last batch is known while it is used; the pass's random draws
         (its base seed, its order) happen at the first ``next``.
         """
-        batches = super().__iter__()
+        batches = self._torch_iterator()
         try:
             current = next(batches)
         except StopIteration:
@@ -263,35 +358,68 @@ class PreparedDataLoader(DataLoader[Any]):
         generator = self.shuffle_generator
         self._pass_state = generator.get_state() if generator is not None else None
         replay, self._replay = self._replay, None
-        restored = torch.get_rng_state()
+        if replay is not None and replay.left:
+            replay = None  # a pass the loop had left: iterated again, the next pass begins
+        # A resumed pass replays its opening draws, then gives back what the load restored.
+        restored = global_states() if replay is not None else None
         if replay is not None:
-            torch.set_rng_state(replay)
-        self._pass_global = torch.get_rng_state()
+            set_global_states(replay.opening)
+        self._pass_draws = global_states()
+        self._pass_global = self._pass_draws["torch"]
+        sampler = self.batch_sampler
+        first = sampler.skip_batches if isinstance(sampler, SkipBatchSampler) else 0
+        reads = PassReads(
+            first,
+            replay=replay,
+            restored=restored,
+            workers=self.num_workers,
+            handed_over=replay is not None and isinstance(sampler, SkipBatchSampler),
+            ahead=self._per_read(),
+            watch=self._watch,
+        )
+        self._reads, self._consumed = reads, first
+        if replay is not None and replay.workers and first == int(replay.workers["at"]):
+            self._worker_plan = {int(w): s for w, s in replay.workers["states"].items()}
+        if replay is not None and isinstance(sampler, SkipBatchSampler):
+            sampler.handoff = reads.hand_over
         self.set_epoch(self.epoch)
         self._begin()
-        if self._origin is not None:
-            self._origin._live = self
+        self._in_pass, self._abandoned, self._live = True, False, None
+        origin = self._origin
+        if origin is not None:
+            origin._live, origin._abandoned = self, False
+        completed = False
         try:
             stream = self._stream()
             try:
                 head = next(stream)  # the pass's draws happen here
             except StopIteration:
+                completed = True
                 return
             finally:
-                if replay is not None:
-                    torch.set_rng_state(restored)
+                # An older checkpoint does not say what was ahead; a process that reads
+                # nothing (a dispatched loader's others) has nothing to fetch again.
+                if not reads.restores_on_its_own or reads.count == reads.first:
+                    reads.restore()
+            per = self._per_read()
             for index, (batch, last) in enumerate(itertools.chain([head], stream)):
                 if last:
                     self.end_of_dataloader = True
+                self._consumed = first + (index + 1) * per
                 if index >= self.skip_batches:
                     yield batch
             self.epoch += 1
-            if self._origin is not None:
-                self._origin.epoch = self.epoch
+            completed = True
+            if origin is not None:
+                origin.epoch = self.epoch
         finally:
+            reads.restore()  # a pass left before what was ahead was fetched again
+            if isinstance(sampler, SkipBatchSampler):
+                sampler.handoff = None
+            self._in_pass, self._abandoned = False, not completed
             self._end()
-            if self._origin is not None and self._origin._live is self:
-                self._origin._live = None
+            if origin is not None and origin._live is self and completed:
+                origin._live = None
 
 
 class DispatchingDataLoader(PreparedDataLoader):
@@ -334,8 +462,11 @@ class DispatchingDataLoader(PreparedDataLoader):
     def _opening_remainder(self) -> int:
         return -1  # known once the last global batch is read
 
+    def _per_read(self) -> int:
+        return 1 if self.split_batches else self.num_processes
+
     def _stream(self) -> Iterator[tuple[Any, bool]]:
-        batches = DataLoader.__iter__(self)
+        batches = self._torch_iterator()
         device = self.device
         slices: Iterator[DispatchedBatch] = dispatched_batches(
             batches,
@@ -482,6 +613,9 @@ class SkipBatchSampler:
     def __init__(self, batch_sampler: Any, skip_batches: int = 0) -> None:
         self.batch_sampler = batch_sampler
         self.skip_batches = skip_batches
+        #: Called once, just before the first batch kept is handed out (the pass's order is
+        #: drawn by then): a resumed pass sets the states its next fetch draws from.
+        self.handoff: Callable[[], None] | None = None
         self.batch_size = getattr(batch_sampler, "batch_size", None)
         self.drop_last = getattr(batch_sampler, "drop_last", False)
 
@@ -499,6 +633,9 @@ class SkipBatchSampler:
     def __iter__(self) -> Iterator[Any]:
         for index, batch in enumerate(self.batch_sampler):
             if index >= self.skip_batches:
+                handoff, self.handoff = self.handoff, None
+                if handoff is not None:
+                    handoff()
                 yield batch
 
 
@@ -838,14 +975,33 @@ def skip_first_batches(dataloader: Any, num_batches: int = 0) -> Any:
             **kwargs,
         )
     else:
-        skipping = SkipBatchSampler(dataloader.batch_sampler, skip_batches=num_batches)
+        # With worker processes, batch i is made by worker i % num_workers, whose draws depend
+        # on the batches it made before: whole rounds are skipped unread (a resumed pass's
+        # workers start with the states its checkpoint recorded at that round) and the rest of
+        # the round is read and dropped, so each worker makes the batches it made before.
+        workers = dataloader.num_workers
+        unread = num_batches - num_batches % workers if workers else num_batches
+        skipping = SkipBatchSampler(dataloader.batch_sampler, skip_batches=unread)
         skipped = PreparedDataLoader(
-            dataloader.dataset, batch_sampler=skipping, **dataloader._settings(), **kwargs
+            dataloader.dataset,
+            batch_sampler=skipping,
+            skip_batches=num_batches - unread,
+            **dataloader._settings(),
+            **kwargs,
         )
+        skipped._dropped = num_batches - unread
     skipped.epoch = dataloader.epoch
+    skipped._watch = dataloader._watch
     # The copy iterates for the prepared loader, which the checkpoint records: it takes over a
     # pass to replay, and reports its position and its epochs to that loader.
     origin = dataloader._origin if dataloader._origin is not None else dataloader
     skipped._origin = origin
-    skipped._replay, dataloader._replay = dataloader._replay, None
+    replay, dataloader._replay = dataloader._replay, None
+    if replay is not None and replay.left:
+        # The script continues the pass the saved loop had left: its order again.
+        generator = dataloader.shuffle_generator
+        if generator is not None and replay.order is not None:
+            generator.set_state(replay.order)
+        replay = dataclasses.replace(replay, left=False)
+    skipped._replay = replay
     return skipped
