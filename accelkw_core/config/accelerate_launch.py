@@ -85,6 +85,11 @@ _FP8 = (
     "fp8_enable_fsdp_float8_all_gather fp8_pad_inner_dim"
 )
 _SCOPE = "out of scope for accelkw (docs/migrating.md, Out of scope)"
+_FP8_WHAT = (
+    "with `--mixed_precision fp8`: the `ACCELERATE_FP8_*` variable of the same name "
+    "(`--fp8_override_linear_precision`: `ACCELERATE_FP8_OVERRIDE_FPROP`/`_DGRAD`/`_WGRAD`), "
+    "read by the installed fp8 recipe handlers as Accelerate reads it"
+)
 
 #: Every flag of ``accelerate launch`` 1.15 (by its name without dashes) and what becomes of it.
 #: ``--max_restarts``, ``--rdzv_backend`` and ``-m``/``--module`` are ``accelkw launch``'s own
@@ -178,19 +183,8 @@ FLAGS: dict[str, Flag] = {
     **_group(_MEGATRON, VALUE, REFUSED, f"Megatron-LM is {_SCOPE}"),
     "use_parallelism_config": Flag(SWITCH, REFUSED, f"`parallelism_config` is {_SCOPE}"),
     **_group(_PARALLELISM, VALUE, REFUSED, f"`parallelism_config` is {_SCOPE}"),
-    "fp8_use_autocast_during_eval": Flag(
-        SWITCH,
-        HONOURED,
-        "with `--mixed_precision fp8`: `ACCELERATE_FP8_USE_AUTOCAST_DURING_EVAL=True`",
-    ),
-    **_group(
-        _FP8,
-        VALUE,
-        HONOURED,
-        "with `--mixed_precision fp8`: the `ACCELERATE_FP8_*` variable of the same name "
-        "(`--fp8_override_linear_precision`: `ACCELERATE_FP8_OVERRIDE_FPROP`/`_DGRAD`/`_WGRAD`), "
-        "read by the installed fp8 recipe handlers as Accelerate reads it",
-    ),
+    "fp8_use_autocast_during_eval": Flag(SWITCH, HONOURED, _FP8_WHAT),
+    **_group(_FP8, VALUE, HONOURED, _FP8_WHAT),
     **_group("aws_access_key_id aws_secret_access_key", VALUE, REFUSED, f"SageMaker is {_SCOPE}"),
 }
 

@@ -207,8 +207,15 @@ class FP8RecipeKwargs(TERecipeKwargs, MSAMPRecipeKwargs):
     @classmethod
     def from_accelerate_env(cls, env: Mapping[str, str]) -> AccelerateEnv:
         """Both recipes' variables and the backend; Accelerate never builds this class from the
-        environment alone, so the variables only fill an instance passed in code."""
-        return _read_recipe_env(cls.accelerate_env, env)
+        environment alone, so the variables only fill an instance passed in code. A backend
+        variable naming another backend (``AO``) is not this class's value."""
+        reading = _read_recipe_env(cls.accelerate_env, env)
+        backend = reading.fields.get("backend")
+        if backend is None or str(backend[1]).upper() in BACKENDS:
+            return reading
+        fields = {k: v for k, v in reading.fields.items() if k != "backend"}
+        unused = {**reading.unused, backend[0]: "names a backend FP8RecipeKwargs does not take"}
+        return reading._replace(fields=fields, unused=unused)
 
     def check_values(self) -> None:
         """Both recipes' checks, and ``backend`` upper-cased in 'MSAMP' or 'TE'."""
