@@ -202,7 +202,7 @@ ACCELERATOR_MEMBERS: frozenset[str] = frozenset(
 )
 
 _FP8 = (
-    "fp8 is a handler plugin (accelkw-fp8, docs/handlers/fp8.md): accelerator.mixed_precision "
+    "fp8 is a handler plugin (accelkw-fp8, docs/handlers/ao_recipe.md): accelerator.mixed_precision "
     "== 'fp8' says it is on, and accelerator.state.handlers['ao_recipe'] holds the recipe"
 )
 _PARALLEL = "tensor, context and pipeline parallelism are not provided"
