@@ -371,3 +371,22 @@ def test_nothing_is_read_from_accelerates_default_config_location(tmp_path: Path
     out = accelkw_cli("plan", cwd=tmp_path, env=env)
     assert out.returncode == 0, out.stderr
     assert "mixed_precision = 'no'" in out.stdout
+
+
+def test_the_yaml_fp8_config_becomes_the_fp8_flags(tmp_path: Path) -> None:
+    path = tmp_path / "default_config.yaml"
+    path.write_text(
+        "mixed_precision: fp8\n"
+        "fp8_config:\n  backend: AO\n  pad_inner_dim: false\n  fp8_enable_fsdp_float8_all_gather: true\n"
+    )
+    read = read_accelerate_config(path)
+    assert read.flags == {
+        "mixed_precision": "fp8",
+        "fp8_backend": "AO",
+        "fp8_pad_inner_dim": False,
+        "fp8_enable_fsdp_float8_all_gather": True,
+    }
+    assert translate(read.flags).env["ACCELERATE_FP8_BACKEND"] == "AO"
+    with pytest.raises(ConfigError, match=r"fp8_config.margn.*did you mean 'fp8_margin'"):
+        path.write_text("fp8_config:\n  margn: 1\n")
+        read_accelerate_config(path)

@@ -282,8 +282,8 @@ _FP8_CHOICES = {
     "fp8_format": ("HYBRID", "E4M3", "E5M2"),
     "fp8_amax_compute_algo": ("max", "most_recent"),
     "fp8_opt_level": ("O1", "O2"),
-    "fp8_enable_fsdp_float8_all_gather": ("true", "false", "True", "False", "1", "0"),
-    "fp8_pad_inner_dim": ("true", "false", "True", "False", "1", "0"),
+    "fp8_enable_fsdp_float8_all_gather": ("true", "false", "1", "0"),
+    "fp8_pad_inner_dim": ("true", "false", "1", "0"),
 }
 _FP8_INTS = ("fp8_margin", "fp8_interval", "fp8_amax_history_len")
 
@@ -303,7 +303,8 @@ def _fp8(values: Mapping[str, Any], sources: Mapping[str, str], env: dict[str, s
         )
     for name, value in given.items():
         choices = _FP8_CHOICES.get(name)
-        if choices is not None and str(value).strip() not in choices:
+        # Any case: Accelerate's YAML writes the backend upper-cased, its launcher lower-cased.
+        if choices is not None and str(value).strip().lower() not in {c.lower() for c in choices}:
             raise _bad(name, value, "one of " + ", ".join(choices), sources.get(name))
         if name in _FP8_INTS:
             _int(given, name, 0, sources)
