@@ -271,3 +271,20 @@ def test_the_launcher_flag_selects_fp8(tmp_path: Path) -> None:
     )
     assert out.returncode == 0, out.stderr
     assert "MP fp8 ['Linear', 'Float8Linear', 'Linear']" in out.stdout
+
+
+@pytest.mark.multiprocess
+def test_fp8_over_fsdp2_trains_as_over_ddp_on_two_processes(tmp_path: Path) -> None:
+    import fp8_workers as workers
+
+    from accelkw_core.testing import run_workers
+
+    env = {"OMP_NUM_THREADS": "1"}
+    ddp = run_workers(workers.train, 2, args=(False,), env=env, timeout=240)
+    fsdp = run_workers(workers.train, 2, args=(True, str(tmp_path / "ckpt")), env=env, timeout=240)
+    for rank in (0, 1):
+        assert fsdp[rank]["losses"] == ddp[rank]["losses"]
+        assert fsdp[rank]["converted"] == ddp[rank]["converted"] == ["2", "4"]
+    # The converted layers' weights trained too, and a sharded save loads back as it was.
+    assert {"2.weight", "4.weight"} <= set(fsdp[0]["changed"])
+    assert fsdp[0]["reloaded_equal"] is True
