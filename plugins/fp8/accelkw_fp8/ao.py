@@ -117,7 +117,10 @@ class AORecipeKwargs(KwargsHandler):
 
         def convert(model: Any) -> Any:
             converted = convert_model(model, config, module_filter, swaps)
-            shown = ", ".join(converted) if converted else "none"
+            # A large model has hundreds of linears: the log names the first few and counts.
+            shown = ", ".join(converted[:8]) if converted else "none"
+            if len(converted) > 8:
+                shown += f" and {len(converted) - 8} more"
             state.record(NAME, f"converted to Float8Linear: {shown}")
             return model
 

@@ -288,3 +288,31 @@ def test_fp8_over_fsdp2_trains_as_over_ddp_on_two_processes(tmp_path: Path) -> N
     # The converted layers' weights trained too, and a sharded save loads back as it was.
     assert {"2.weight", "4.weight"} <= set(fsdp[0]["changed"])
     assert fsdp[0]["reloaded_equal"] is True
+
+
+def _cli(*args: str) -> subprocess.CompletedProcess[str]:
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("ACCELKW_", "ACCELERATE_"))}
+    return subprocess.run(
+        [sys.executable, "-m", "accelkw_core", *args],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+
+
+def test_accelkw_plan_shows_the_conversion_and_env_names_torchao() -> None:
+    import importlib.metadata
+
+    plan = _cli("plan", "--mixed_precision", "fp8")
+    assert plan.returncode == 0, plan.stderr
+    assert (
+        "[model_wrapper] nn.Linear layers of prepared models converted to torchao Float8Linear"
+        in (plan.stdout)
+    )
+    assert (
+        "[forward_context] torch.autocast(device_type='cpu', dtype=torch.bfloat16)" in plan.stdout
+    )
+    env = _cli("env")
+    assert env.returncode == 0, env.stderr
+    assert f"torchao: {importlib.metadata.version('torchao')}" in env.stdout
