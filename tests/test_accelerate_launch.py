@@ -386,7 +386,10 @@ def test_the_yaml_fp8_config_becomes_the_fp8_flags(tmp_path: Path) -> None:
         "fp8_pad_inner_dim": False,
         "fp8_enable_fsdp_float8_all_gather": True,
     }
-    assert translate(read.flags).env["ACCELERATE_FP8_BACKEND"] == "AO"
+    env = translate(read.flags).env
+    assert env["ACCELERATE_FP8_BACKEND"] == "AO"
+    assert env["ACCELERATE_FP8_PAD_INNER_DIM"] == "false"  # a false value is still a value
+    assert env["ACCELERATE_FP8_ENABLE_FSDP_FLOAT8_ALL_GATHER"] == "true"
     with pytest.raises(ConfigError, match=r"fp8_config.margn.*did you mean 'fp8_margin'"):
         path.write_text("fp8_config:\n  margn: 1\n")
         read_accelerate_config(path)

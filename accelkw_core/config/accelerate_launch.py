@@ -290,7 +290,12 @@ _FP8_INTS = ("fp8_margin", "fp8_interval", "fp8_amax_history_len")
 
 def _fp8(values: Mapping[str, Any], sources: Mapping[str, str], env: dict[str, str]) -> None:
     """The ``--fp8_*`` flags as Accelerate's launcher passes them: read only with fp8."""
-    given = {n: v for n, v in values.items() if n.startswith("fp8_") and v not in (None, False)}
+    # A switch left off asks for nothing; a value flag set to false (YAML) is a value.
+    given = {
+        n: v
+        for n, v in values.items()
+        if n.startswith("fp8_") and v is not None and not (FLAGS[n].takes == SWITCH and not v)
+    }
     if not given:
         return
     if env.get("ACCELERATE_MIXED_PRECISION") != "fp8":
