@@ -21,12 +21,23 @@ from accelkw_fp8._backends import require
 if TYPE_CHECKING:
     from accelkw_core.plugin import AcceleratorState
 
-__all__ = ["FP8_CAPABILITY", "AORecipeKwargs", "backend_requested"]
+__all__ = ["FP8_CAPABILITY", "AORecipeKwargs", "backend_requested", "not_fp8"]
 
 NAME = "ao_recipe"
 #: The capability a handler provides when it trains a run in fp8 (the core asks for it).
 FP8_CAPABILITY = "fp8"
 BACKEND_VAR = "ACCELERATE_FP8_BACKEND"
+
+
+def not_fp8(handler: KwargsHandler, state: AcceleratorState, what: str) -> str:
+    """Why a recipe does nothing on ``state``, naming the settings that then have no effect
+    (Accelerate refuses a recipe without fp8; here it is composed in every run, so it notes)."""
+    text = f"mixed precision {state.mixed_precision!r}: {what}"
+    explicit = handler.explicit_kwargs()
+    if explicit:
+        settings = ", ".join(f"{k}={v!r}" for k, v in explicit.items())
+        text += f" ({settings} has no effect without mixed_precision='fp8')"
+    return text
 
 
 def backend_requested(env: Mapping[str, str], backend: str) -> bool:
@@ -105,7 +116,7 @@ class AORecipeKwargs(KwargsHandler):
         """Convert prepared models to float8 and run forwards in bfloat16, or say why not."""
         plan = Plan(NAME)
         if state.mixed_precision != "fp8":
-            return plan.note(f"mixed precision {state.mixed_precision!r}: no fp8 conversion")
+            return plan.note(not_fp8(self, state, "no fp8 conversion"))
         require(NAME, "AORecipeKwargs", "AO")
         from accelkw_fp8._convert import convert_model
         from accelkw_fp8._params import ParameterSwaps

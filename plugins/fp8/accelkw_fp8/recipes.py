@@ -24,7 +24,7 @@ from accelkw_core.plugin import (
     read_declared,
 )
 from accelkw_fp8._backends import is_available, require
-from accelkw_fp8.ao import backend_requested
+from accelkw_fp8.ao import backend_requested, not_fp8
 
 if TYPE_CHECKING:
     from accelkw_core.plugin import AcceleratorState
@@ -138,7 +138,7 @@ class TERecipeKwargs(KwargsHandler):
         """Refuse in one line without Transformer Engine; nothing without fp8."""
         plan = Plan(self.name)
         if state.mixed_precision != "fp8":
-            return plan.note(f"mixed precision {state.mixed_precision!r}: no fp8 recipe")
+            return plan.note(not_fp8(self, state, "no fp8 recipe"))
         require(self.name, type(self).__name__, "TE")
         return _not_built(plan, type(self).__name__, "Transformer Engine")
 
@@ -176,7 +176,7 @@ class MSAMPRecipeKwargs(KwargsHandler):
         """Refuse in one line without MS-AMP; nothing without fp8."""
         plan = Plan(self.name)
         if state.mixed_precision != "fp8":
-            return plan.note(f"mixed precision {state.mixed_precision!r}: no fp8 recipe")
+            return plan.note(not_fp8(self, state, "no fp8 recipe"))
         require(self.name, type(self).__name__, "MSAMP")
         return _not_built(plan, type(self).__name__, "MS-AMP")
 
@@ -236,7 +236,7 @@ class FP8RecipeKwargs(TERecipeKwargs, MSAMPRecipeKwargs):
         """Warn that the class is deprecated; refuse without the chosen backend's library."""
         plan = Plan(self.name)
         if state.mixed_precision != "fp8":
-            return plan.note(f"mixed precision {state.mixed_precision!r}: no fp8 recipe")
+            return plan.note(not_fp8(self, state, "no fp8 recipe"))
         warnings.warn(
             "FP8RecipeKwargs is deprecated (as in Accelerate 1.15): use TERecipeKwargs or "
             "MSAMPRecipeKwargs",

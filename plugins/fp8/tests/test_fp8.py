@@ -316,3 +316,11 @@ def test_accelkw_plan_shows_the_conversion_and_env_names_torchao() -> None:
     env = _cli("env")
     assert env.returncode == 0, env.stderr
     assert f"torchao: {importlib.metadata.version('torchao')}" in env.stdout
+
+
+def test_settings_without_fp8_are_noted_as_having_no_effect() -> None:
+    plan = AORecipeKwargs(pad_inner_dim=False).plan(make_state(mixed_precision="bf16"))
+    assert plan.summary() == (
+        "mixed precision 'bf16': no fp8 conversion (pad_inner_dim=False has no effect without "
+        "mixed_precision='fp8')"
+    )
