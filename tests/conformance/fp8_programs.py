@@ -149,7 +149,7 @@ def train_worker(rank: int, name: str) -> dict[str, Any]:
     return train(name, rank)
 
 
-def checkpoint_run(name: str, folder: Path, steps: int = 2) -> dict[str, Any]:
+def checkpoint_run(name: str, folder: Path, steps: int = 2, rank: int = 0) -> dict[str, Any]:
     """Train ``steps``, save, train ``steps`` more; the losses of the second half and the keys."""
     import torch
 
@@ -160,7 +160,7 @@ def checkpoint_run(name: str, folder: Path, steps: int = 2) -> dict[str, Any]:
     model = make_model()
     model = accelerator.prepare(model)
     optimizer = accelerator.prepare(torch.optim.AdamW(model.parameters(), lr=1e-2))
-    data = batches(0, 2 * steps)
+    data = batches(rank, 2 * steps)
     losses = []
     for i, (x, y) in enumerate(data):
         if i == steps:
@@ -178,7 +178,7 @@ def checkpoint_run(name: str, folder: Path, steps: int = 2) -> dict[str, Any]:
     return out
 
 
-def resume_run(name: str, folder: Path, steps: int = 2) -> dict[str, Any]:
+def resume_run(name: str, folder: Path, steps: int = 2, rank: int = 0) -> dict[str, Any]:
     """A fresh run that loads the checkpoint and trains the same ``steps`` batches after it."""
     import torch
 
@@ -191,7 +191,7 @@ def resume_run(name: str, folder: Path, steps: int = 2) -> dict[str, Any]:
     optimizer = accelerator.prepare(torch.optim.AdamW(model.parameters(), lr=1e-2))
     accelerator.load_state(folder)
     losses = []
-    for x, y in batches(0, 2 * steps)[steps:]:
+    for x, y in batches(rank, 2 * steps)[steps:]:
         loss = torch.nn.functional.mse_loss(model(x), y)
         accelerator.backward(loss)
         optimizer.step()
@@ -200,3 +200,9 @@ def resume_run(name: str, folder: Path, steps: int = 2) -> dict[str, Any]:
     out = {"after_save": losses, "weights": digest(plain_state(accelerator.unwrap_model(model)))}
     accelerator.end_training()
     return out
+
+
+def resume_worker(rank: int, folder: str) -> tuple[dict[str, Any], dict[str, Any]]:
+    """accelkw on one rank of a 2-process run: the run with its save, then a resumed run."""
+    first = checkpoint_run("accelkw", Path(folder), rank=rank)
+    return first, resume_run("accelkw", Path(folder), rank=rank)

@@ -110,3 +110,13 @@ def test_a_checkpoint_resumes_bit_identically_with_the_plain_models_keys(
     with pytest.raises(RuntimeError, match="invalid python storage"):
         programs.checkpoint_run("accelerate", tmp_path / "theirs")
     listed("fp8-checkpoint-saves")
+
+
+def test_a_two_process_checkpoint_resumes_bit_identically(tmp_path: Path) -> None:
+    env = {"ACCELKW_PLUGINS": programs.BUILTINS, "OMP_NUM_THREADS": "1"}
+    out = run_workers(
+        programs.resume_worker, 2, args=(str(tmp_path / "ckpt"),), env=env, timeout=240
+    )
+    for first, resumed in out:
+        assert resumed == first
+    assert out[0][0]["weights"] == out[1][0]["weights"]  # DDP kept the replicas equal
