@@ -21,7 +21,7 @@ from accelkw_fp8._backends import require
 if TYPE_CHECKING:
     from accelkw_core.plugin import AcceleratorState
 
-__all__ = ["FP8_CAPABILITY", "AORecipeKwargs", "backend_requested", "not_fp8"]
+__all__ = ["BACKEND_VAR", "FP8_CAPABILITY", "AORecipeKwargs", "backend_requested", "not_fp8"]
 
 NAME = "ao_recipe"
 #: The capability a handler provides when it trains a run in fp8 (the core asks for it).

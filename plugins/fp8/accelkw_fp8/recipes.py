@@ -24,7 +24,7 @@ from accelkw_core.plugin import (
     read_declared,
 )
 from accelkw_fp8._backends import is_available, require
-from accelkw_fp8.ao import backend_requested, not_fp8
+from accelkw_fp8.ao import BACKEND_VAR, backend_requested, not_fp8
 
 if TYPE_CHECKING:
     from accelkw_core.plugin import AcceleratorState
@@ -156,7 +156,9 @@ class MSAMPRecipeKwargs(KwargsHandler):
     opt_in: ClassVar[bool] = True
     conflicts: ClassVar[tuple[str, ...]] = ("ao_recipe", "te_recipe", "fp8_recipe")
     backend_name: ClassVar[str] = "MSAMP"
-    accelerate_env: ClassVar[dict[str, str]] = {"ACCELERATE_FP8_OPT_LEVEL": "opt_level"}
+    accelerate_env: ClassVar[dict[str, str]] = {
+        "ACCELERATE_FP8_OPT_LEVEL": "opt_level",
+    }
 
     opt_level: str | None = handler_field(None, doc="'O1' or 'O2' (None: 'O2').")
 
@@ -197,7 +199,7 @@ class FP8RecipeKwargs(TERecipeKwargs, MSAMPRecipeKwargs):
     accelerate_env: ClassVar[dict[str, str]] = {
         **TERecipeKwargs.accelerate_env,
         **MSAMPRecipeKwargs.accelerate_env,
-        "ACCELERATE_FP8_BACKEND": "backend",
+        BACKEND_VAR: "backend",
     }
 
     backend: str | None = handler_field(
@@ -214,7 +216,11 @@ class FP8RecipeKwargs(TERecipeKwargs, MSAMPRecipeKwargs):
         if backend is None or str(backend[1]).upper() in BACKENDS:
             return reading
         fields = {k: v for k, v in reading.fields.items() if k != "backend"}
-        unused = {**reading.unused, backend[0]: "names a backend FP8RecipeKwargs does not take"}
+        named = str(backend[1]).upper()
+        why = f"names the {named} backend, which FP8RecipeKwargs does not take" + (
+            ": it asks for AORecipeKwargs (ao_recipe), the default recipe" if named == "AO" else ""
+        )
+        unused = {**reading.unused, backend[0]: why}
         return reading._replace(fields=fields, unused=unused)
 
     def check_values(self) -> None:
