@@ -93,6 +93,10 @@ if TYPE_CHECKING:
     from accelkw_compile import TorchDynamoPlugin as TorchDynamoPlugin
     from accelkw_ddp import DDPCommunicationHookType as DDPCommunicationHookType
     from accelkw_ddp import DistributedDataParallelKwargs as DistributedDataParallelKwargs
+    from accelkw_fp8 import AORecipeKwargs as AORecipeKwargs
+    from accelkw_fp8 import FP8RecipeKwargs as FP8RecipeKwargs
+    from accelkw_fp8 import MSAMPRecipeKwargs as MSAMPRecipeKwargs
+    from accelkw_fp8 import TERecipeKwargs as TERecipeKwargs
     from accelkw_fsdp import FullyShardedDataParallelPlugin as FullyShardedDataParallelPlugin
     from accelkw_grad_accum import GradientAccumulationPlugin as GradientAccumulationPlugin
     from accelkw_grad_scaler import GradScalerKwargs as GradScalerKwargs

@@ -153,6 +153,18 @@ def parse(*argv: str) -> argparse.Namespace:
     return args
 
 
+# A value Accelerate's launcher takes for each --fp8_* flag that has choices.
+FP8_VALUES = {
+    "fp8_backend": "ao",
+    "fp8_format": "E4M3",
+    "fp8_amax_compute_algo": "max",
+    "fp8_opt_level": "O1",
+    "fp8_override_linear_precision": "true,false,true",
+    "fp8_enable_fsdp_float8_all_gather": "false",
+    "fp8_pad_inner_dim": "false",
+}
+
+
 @pytest.mark.parametrize("name", sorted(FLAGS))
 def test_every_accelerate_launch_flag_is_taken_and_honoured_or_refused_by_name(
     name: str, tmp_path: Path
@@ -160,10 +172,12 @@ def test_every_accelerate_launch_flag_is_taken_and_honoured_or_refused_by_name(
     flag = FLAGS[name]
     if name == "config_file":
         return  # tested with a real file below
-    value = {"tee": "3", "env": "A=1", "vm": "x", "num_machines": "1"}.get(name, "2")
+    value = {"tee": "3", "env": "A=1", "vm": "x", "num_machines": "1", **FP8_VALUES}.get(name, "2")
     argv = [f"--{name}"] if flag.takes == SWITCH else [f"--{name}", value]
     if name.startswith("fsdp_"):
         argv = ["--use_fsdp", *argv]
+    if name.startswith("fp8_"):
+        argv = ["--mixed_precision", "fp8", *argv]
     args = parse(*argv)
     assert args.script == "train.py"  # the flag took exactly its own arguments
     if flag.action == REFUSED:
@@ -222,8 +236,37 @@ def test_flags_become_torchrun_options_and_the_variables_accelerate_sets() -> No
         translate(
             {"num_processes": 3, "num_machines": 2, "main_process_ip": "h", "main_process_port": 1}
         )
-    with pytest.raises(ConfigError, match=r"launch.mixed_precision.*'fp8'"):
-        translate({"mixed_precision": "fp8"})
+    with pytest.raises(ConfigError, match=r"launch.mixed_precision.*'fp4'"):
+        translate({"mixed_precision": "fp4"})
+    with pytest.raises(
+        ConfigError, match=r"launch.fp8_backend.*together with --mixed_precision fp8"
+    ):
+        translate({"mixed_precision": "bf16", "fp8_backend": "ao"})
+    with pytest.raises(ConfigError, match=r"launch.fp8_backend: got 'tf', expected one of ao, te"):
+        translate({"mixed_precision": "fp8", "fp8_backend": "tf"})
+
+
+def test_fp8_flags_become_accelerates_fp8_variables() -> None:
+    got = translate(
+        {
+            "mixed_precision": "fp8",
+            "fp8_backend": "ao",
+            "fp8_pad_inner_dim": "false",
+            "fp8_margin": "1",
+            "fp8_override_linear_precision": "true,false,true",
+            "fp8_use_autocast_during_eval": True,
+        }
+    )
+    assert got.env == {
+        "ACCELERATE_MIXED_PRECISION": "fp8",
+        "ACCELERATE_FP8_BACKEND": "ao",
+        "ACCELERATE_FP8_PAD_INNER_DIM": "false",
+        "ACCELERATE_FP8_MARGIN": "1",
+        "ACCELERATE_FP8_OVERRIDE_FPROP": "True",
+        "ACCELERATE_FP8_OVERRIDE_DGRAD": "False",
+        "ACCELERATE_FP8_OVERRIDE_WGRAD": "True",
+        "ACCELERATE_FP8_USE_AUTOCAST_DURING_EVAL": "True",
+    }
 
 
 def test_one_machine_lets_torchrun_pick_the_port_and_flags_must_agree_with_accelkw_options() -> (
@@ -328,3 +371,25 @@ def test_nothing_is_read_from_accelerates_default_config_location(tmp_path: Path
     out = accelkw_cli("plan", cwd=tmp_path, env=env)
     assert out.returncode == 0, out.stderr
     assert "mixed_precision = 'no'" in out.stdout
+
+
+def test_the_yaml_fp8_config_becomes_the_fp8_flags(tmp_path: Path) -> None:
+    path = tmp_path / "default_config.yaml"
+    path.write_text(
+        "mixed_precision: fp8\n"
+        "fp8_config:\n  backend: AO\n  pad_inner_dim: false\n  fp8_enable_fsdp_float8_all_gather: true\n"
+    )
+    read = read_accelerate_config(path)
+    assert read.flags == {
+        "mixed_precision": "fp8",
+        "fp8_backend": "AO",
+        "fp8_pad_inner_dim": False,
+        "fp8_enable_fsdp_float8_all_gather": True,
+    }
+    env = translate(read.flags).env
+    assert env["ACCELERATE_FP8_BACKEND"] == "AO"
+    assert env["ACCELERATE_FP8_PAD_INNER_DIM"] == "false"  # a false value is still a value
+    assert env["ACCELERATE_FP8_ENABLE_FSDP_FLOAT8_ALL_GATHER"] == "true"
+    with pytest.raises(ConfigError, match=r"fp8_config.margn.*did you mean 'fp8_margin'"):
+        path.write_text("fp8_config:\n  margn: 1\n")
+        read_accelerate_config(path)

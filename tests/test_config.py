@@ -243,9 +243,9 @@ BAD_FILES = [
     ),
     ("accelerator = 1\n", r"config.accelerator: got 1, expected a table \(\[accelerator\]\)"),
     (
-        "[accelerator]\nmixed_precision = 'fp8'\n",
-        r"accelkw.toml \[accelerator\]: accelerator.mixed_precision: got 'fp8', expected one of "
-        r"'no', 'fp16', 'bf16'",
+        "[accelerator]\nmixed_precision = 'fp4'\n",
+        r"accelkw.toml \[accelerator\]: accelerator.mixed_precision: got 'fp4', expected one of "
+        r"'no', 'fp16', 'bf16', 'fp8'",
     ),
     ("[accelerator]\ncpu = 'yes'\n", r"accelerator.cpu: got 'yes', expected a boolean"),
     (

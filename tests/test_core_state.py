@@ -51,9 +51,10 @@ def test_rank_outside_world_and_bad_precision_are_errors() -> None:
     ):
         RunState.from_env(env={"RANK": "2", "WORLD_SIZE": "2"}, cpu=True)
     with pytest.raises(
-        ConfigError, match=r"mixed_precision: got 'fp8', expected one of 'no', 'fp16', 'bf16'"
+        ConfigError,
+        match=r"mixed_precision: got 'fp4', expected one of 'no', 'fp16', 'bf16', 'fp8'",
     ):
-        RunState(mixed_precision="fp8", cpu=True)
+        RunState(mixed_precision="fp4", cpu=True)
 
 
 def test_log_records_what_was_done_and_why_not() -> None:

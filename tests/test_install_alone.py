@@ -1,4 +1,4 @@
-"""accelkw-grad-accum, accelkw-fsdp and accelkw-compile, each installed alone: a fresh venv with
+"""accelkw-grad-accum, accelkw-fsdp, accelkw-compile and accelkw-fp8, each installed alone: a fresh venv with
 only accelkw-core and torch, then the plugin; it lists ``loaded`` and takes part in a run.
 
 The venv is built as in ``test_install_venv.py`` (torch and the core's other dependencies shared
@@ -76,7 +76,25 @@ RUNS = {
                               "log": acc.state.messages("compile")}))
         """,
     ),
+    "fp8": (
+        "fp8",
+        """
+        import json, torch
+        import accelkw_core
+        from accelkw_core import Accelerator
+
+        with Accelerator(cpu=True, mixed_precision="fp8") as acc:
+            model = acc.prepare(torch.nn.Sequential(*(torch.nn.Linear(16, 16) for _ in range(3))))
+            model(torch.ones(2, 16))
+            print(json.dumps({"core": accelkw_core.__file__, "handlers": list(acc.state.handlers),
+                              "log": acc.state.messages("ao_recipe")}))
+        """,
+    ),
 }
+# The handlers a plugin's run composes, where they are not the plugin's own name.
+HANDLERS = {"fp8": ["ao_recipe"]}
+# What a plugin needs besides the core's requirements, shared from this interpreter too.
+EXTRA_DEPENDENCIES = {"fp8": ["torchao"]}
 
 
 def _check(folder: str, result: dict[str, Any]) -> None:
@@ -84,6 +102,8 @@ def _check(folder: str, result: dict[str, Any]) -> None:
         assert result["syncs"] == [False, True, False, True]
     elif folder == "fsdp":
         assert any("world size 1: model not sharded" in line for line in result["log"])
+    elif folder == "fp8":
+        assert "converted to Float8Linear: 1" in result["log"], result["log"]
     else:
         assert any("compiled Linear" in line for line in result["log"]), result["log"]
 
@@ -95,7 +115,8 @@ def test_the_plugin_installs_alone_lists_loaded_and_takes_part(tmp_path: Path, f
     env.work.mkdir()
     env.run("create venv", [sys.executable, "-m", "venv", "--without-pip", str(env.root)])
     core_deps = tomllib.loads((REPO / "pyproject.toml").read_text())["project"]["dependencies"]
-    link_distributions(dependency_closure([*core_deps, "setuptools"]), tmp_path / "shared")
+    extra = EXTRA_DEPENDENCIES.get(folder, [])
+    link_distributions(dependency_closure([*core_deps, "setuptools", *extra]), tmp_path / "shared")
     purelib = sysconfig.get_path("purelib", vars={"base": str(env.root)})
     Path(purelib, "_shared_dependencies.pth").write_text(f"{tmp_path / 'shared'}\n")
     core = tmp_path / "src" / "core"
@@ -114,5 +135,5 @@ def test_the_plugin_installs_alone_lists_loaded_and_takes_part(tmp_path: Path, f
 
     result = json.loads(env.python_code(folder, code))
     assert result["core"].startswith(str(env.root)), result["core"]
-    assert result["handlers"] == [name]
+    assert result["handlers"] == HANDLERS.get(folder, [name])
     _check(folder, result)

@@ -404,7 +404,7 @@ def test_a_config_error_in_the_workers_is_printed_once_without_a_traceback(
     errors = [line for line in out.stderr.splitlines() if line.startswith("accelkw: error:")]
     message = (
         "accelkw: error: code: accelerator.mixed_precision: got 'fp17', expected one of 'no', "
-        "'fp16', 'bf16' (did you mean 'fp16'?)"
+        "'fp16', 'bf16', 'fp8' (did you mean 'fp16'?)"
     )
     # Once, naming the ranks that reported it: torchrun stops the other rank as soon as one
     # fails, so on a loaded machine only the first may get to report.

@@ -9,6 +9,8 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+import pytest
+
 from tests.conftest import run_accelkw, run_python, write_dist
 
 RIVAL_DDP = """
@@ -135,3 +137,29 @@ def test_a_bad_world_size_is_one_line() -> None:
         "accelkw: error: environment variable WORLD_SIZE: environment.WORLD_SIZE: got 'abc', "
         "expected an integer >= 1"
     ]
+
+
+def test_fp8_without_a_handler_that_trains_in_it_stops_in_one_line() -> None:
+    from accelkw_core import Accelerator, ConfigError
+    from accelkw_core.runtime.composing.missing_capabilities import precision_refusal
+    from accelkw_core.testing import isolated_registry
+
+    assert precision_refusal("fp8", set(), installed={}, disabled={}) == (
+        "an installed handler that trains in fp8: pip install accelkw-fp8"
+    )
+    assert precision_refusal("fp8", {"fp8"}, installed={}, disabled={}) is None
+    assert precision_refusal("bf16", set(), installed={}, disabled={}) is None
+    with pytest.raises(ConfigError) as err:
+        Accelerator(cpu=True, mixed_precision="fp8", registry=isolated_registry([]))
+    text = str(err.value)
+    assert "\n" not in text and text == (
+        "accelerator.mixed_precision: got 'fp8', expected an installed handler that trains in "
+        "fp8: pip install accelkw-fp8"
+    )
+
+
+def test_plan_and_the_disabled_fp8_plugin_say_why_fp8_would_stop() -> None:
+    out = run_accelkw(["plan", "--mixed_precision", "fp8"], env={"ACCELKW_DISABLE_PLUGINS": "fp8"})
+    assert out.returncode == 0, out.stderr
+    assert "the run would stop: accelerator.mixed_precision: got 'fp8'" in out.stdout
+    assert "the 'ao_recipe' handler is disabled" in out.stdout

@@ -38,6 +38,7 @@ from accelkw_core.runtime.composing.keywords import handlers_from_keywords
 from accelkw_core.runtime.composing.missing_capabilities import (
     gaps_of_run,
     live_capabilities,
+    refuse_unprovided_precision,
     warn_gaps,
 )
 from accelkw_core.runtime.data.dataloader_config import DataLoaderConfiguration
@@ -66,7 +67,8 @@ T = TypeVar("T")
 class Accelerator:
     """Compose the installed handlers, the config and the code's handlers into one run.
 
-    ``mixed_precision`` (``"no"``, ``"fp16"``, ``"bf16"``) and ``cpu`` left at ``None`` come from
+    ``mixed_precision`` (``"no"``, ``"fp16"``, ``"bf16"``; ``"fp8"`` with a handler that
+    provides it, such as accelkw-fp8's) and ``cpu`` left at ``None`` come from
     ``ACCELKW_MIXED_PRECISION``/``ACCELKW_CPU``, then the config file, then ``"no"``/``False``.
     ``kwargs_handlers`` are handler instances; their explicit fields win over the environment
     and the config (``config``: a path; otherwise ``ACCELKW_CONFIG``, ``./accelkw.toml`` or
@@ -140,13 +142,15 @@ class Accelerator:
         self._profiling = Profiling(state)
         self._extras = Extras(state)
         self._ended = False
-        #: Whether a forward runs under autocast (mixed precision ``fp16``/``bf16``), as
+        #: Whether a forward runs under autocast (mixed precision ``fp16``/``bf16``/``fp8``), as
         #: Accelerate's attribute; scripts set it to ``False`` on MPS, which changes nothing here.
-        self.native_amp: bool = state.mixed_precision in ("fp16", "bf16")
+        self.native_amp: bool = state.mixed_precision in ("fp16", "bf16", "fp8")
         # An Accelerator nobody ended still undoes its handlers (a process group) once, at exit.
         self._atexit = _teardown_at_exit(self)
         try:
-            gaps = gaps_of_run(state, live_capabilities(state), registry, self.settings.disabled)
+            capabilities = live_capabilities(state)
+            refuse_unprovided_precision(state, capabilities, registry, self.settings.disabled)
+            gaps = gaps_of_run(state, capabilities, registry, self.settings.disabled)
             warn_gaps(state, gaps)
         except BaseException:
             self.end_training()

@@ -9,6 +9,8 @@ import sys
 from collections.abc import Iterator
 from typing import TYPE_CHECKING, Any
 
+from accelkw_core.facts.precision import MIXED_PRECISION_MODES
+
 if TYPE_CHECKING:
     from accelkw_core.config.settings import Settings
     from accelkw_core.discovery.registry import Registry
@@ -46,7 +48,7 @@ def add_parser(sub: Any) -> None:
     plan.add_argument(
         "--mixed-precision",
         "--mixed_precision",
-        choices=("no", "fp16", "bf16"),
+        choices=MIXED_PRECISION_MODES,
         default=None,
         help="the mixed precision to plan for (default: ACCELKW_MIXED_PRECISION, the config "
         "file, else 'no')",

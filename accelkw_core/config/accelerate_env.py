@@ -77,7 +77,8 @@ CORE_VARIABLES: dict[str, CoreVariable] = {
     MIXED_PRECISION_VAR: CoreVariable(
         "the default of `Accelerator(mixed_precision=)`",
         HONOURED,
-        "the default of `mixed_precision`; `fp8` is refused as in code",
+        "the default of `mixed_precision`; `fp8` needs an installed handler that trains in it, "
+        "as in code",
     ),
     USE_CPU_VAR: CoreVariable(
         "true: run on the CPU, whatever `cpu=` says",
@@ -185,11 +186,6 @@ FAMILIES: tuple[Family, ...] = (
         "ACCELERATE_DEEPSPEED_",
         "DeepSpeed's settings (ZeRO stage, offload, config file, ...)",
         "read by Accelerate's DeepSpeed plugin only (ACCELERATE_USE_DEEPSPEED, refused)",
-    ),
-    Family(
-        "ACCELERATE_FP8_",
-        "fp8 recipes (backend, format, margin, ...)",
-        "read only with `mixed_precision='fp8'`, which accelkw refuses",
     ),
     Family(
         "MEGATRON_LM_",

@@ -85,6 +85,11 @@ _FP8 = (
     "fp8_enable_fsdp_float8_all_gather fp8_pad_inner_dim"
 )
 _SCOPE = "out of scope for accelkw (docs/migrating.md, Out of scope)"
+_FP8_WHAT = (
+    "with `--mixed_precision fp8`: the `ACCELERATE_FP8_*` variable of the same name "
+    "(`--fp8_override_linear_precision`: `ACCELERATE_FP8_OVERRIDE_FPROP`/`_DGRAD`/`_WGRAD`), "
+    "read by the installed fp8 recipe handlers as Accelerate reads it"
+)
 
 #: Every flag of ``accelerate launch`` 1.15 (by its name without dashes) and what becomes of it.
 #: ``--max_restarts``, ``--rdzv_backend`` and ``-m``/``--module`` are ``accelkw launch``'s own
@@ -127,7 +132,10 @@ FLAGS: dict[str, Flag] = {
     ),
     "cpu": Flag(SWITCH, HONOURED, "`ACCELERATE_USE_CPU=true`: every process on the CPU"),
     "mixed_precision": Flag(
-        VALUE, HONOURED, "`ACCELERATE_MIXED_PRECISION`: `no`, `fp16` or `bf16` (`fp8` refused)"
+        VALUE,
+        HONOURED,
+        "`ACCELERATE_MIXED_PRECISION`: `no`, `fp16`, `bf16` or `fp8` (with an installed handler "
+        "that trains in fp8)",
     ),
     "gradient_accumulation_steps": Flag(
         VALUE,
@@ -175,8 +183,8 @@ FLAGS: dict[str, Flag] = {
     **_group(_MEGATRON, VALUE, REFUSED, f"Megatron-LM is {_SCOPE}"),
     "use_parallelism_config": Flag(SWITCH, REFUSED, f"`parallelism_config` is {_SCOPE}"),
     **_group(_PARALLELISM, VALUE, REFUSED, f"`parallelism_config` is {_SCOPE}"),
-    "fp8_use_autocast_during_eval": Flag(SWITCH, REFUSED, f"fp8 is {_SCOPE}"),
-    **_group(_FP8, VALUE, REFUSED, f"fp8 is {_SCOPE}"),
+    "fp8_use_autocast_during_eval": Flag(SWITCH, HONOURED, _FP8_WHAT),
+    **_group(_FP8, VALUE, HONOURED, _FP8_WHAT),
     **_group("aws_access_key_id aws_secret_access_key", VALUE, REFUSED, f"SageMaker is {_SCOPE}"),
 }
 
@@ -247,6 +255,7 @@ def translate(values: Mapping[str, Any], sources: Mapping[str, str] | None = Non
     for name in ("dynamo_use_fullgraph", "dynamo_use_dynamic", "dynamo_use_regional_compilation"):
         if values.get(name) is not None:
             env[f"ACCELERATE_{name.upper()}"] = "True" if _truthy(values[name]) else "False"
+    _fp8(values, sources, env)
     fsdp = {n: v for n, v in values.items() if n.startswith("fsdp_") and v is not None}
     if values.get("use_fsdp"):
         env["ACCELERATE_USE_FSDP"] = "true"
@@ -265,6 +274,57 @@ def translate(values: Mapping[str, Any], sources: Mapping[str, str] | None = Non
         )
     _processes(values, sources, out.torchrun)
     return out
+
+
+# The choices and integers of Accelerate's launcher for its --fp8_* flags (its argparse's).
+_FP8_CHOICES = {
+    "fp8_backend": ("ao", "te", "msamp"),
+    "fp8_format": ("HYBRID", "E4M3", "E5M2"),
+    "fp8_amax_compute_algo": ("max", "most_recent"),
+    "fp8_opt_level": ("O1", "O2"),
+    "fp8_enable_fsdp_float8_all_gather": ("true", "false", "1", "0"),
+    "fp8_pad_inner_dim": ("true", "false", "1", "0"),
+}
+_FP8_INTS = ("fp8_margin", "fp8_interval", "fp8_amax_history_len")
+
+
+def _fp8(values: Mapping[str, Any], sources: Mapping[str, str], env: dict[str, str]) -> None:
+    """The ``--fp8_*`` flags as Accelerate's launcher passes them: read only with fp8."""
+    # A switch left off asks for nothing; a value flag set to false (YAML) is a value.
+    given = {
+        n: v
+        for n, v in values.items()
+        if n.startswith("fp8_") and v is not None and not (FLAGS[n].takes == SWITCH and not v)
+    }
+    if not given:
+        return
+    if env.get("ACCELERATE_MIXED_PRECISION") != "fp8":
+        name = next(iter(given))
+        raise _bad(
+            name,
+            given[name],
+            "it together with --mixed_precision fp8 (Accelerate reads it only then)",
+            sources.get(name),
+        )
+    for name, value in given.items():
+        choices = _FP8_CHOICES.get(name)
+        # Any case: Accelerate's YAML writes the backend upper-cased, its launcher lower-cased.
+        if choices is not None and str(value).strip().lower() not in {c.lower() for c in choices}:
+            raise _bad(name, value, "one of " + ", ".join(choices), sources.get(name))
+        if name in _FP8_INTS:
+            _int(given, name, 0, sources)
+        if name == "fp8_override_linear_precision":
+            parts = value if isinstance(value, list | tuple) else str(value).split(",")
+            if len(parts) != 3:
+                raise _bad(name, value, "three booleans: FPROP,DGRAD,WGRAD", sources.get(name))
+            for part, gemm in zip(parts, ("FPROP", "DGRAD", "WGRAD"), strict=True):
+                env[f"ACCELERATE_FP8_OVERRIDE_{gemm}"] = str(_truthy(part))
+        elif name == "fp8_backend":
+            env["ACCELERATE_FP8_BACKEND"] = str(value).strip()
+        elif name == "fp8_use_autocast_during_eval":
+            env["ACCELERATE_FP8_USE_AUTOCAST_DURING_EVAL"] = "True"
+        else:
+            env["ACCELERATE_" + name.upper()] = _flag_text(value)
 
 
 def _truthy(value: object) -> bool:

@@ -33,6 +33,8 @@ _REFUSED_TYPES = {
     "XLA": f"XLA and TPU are {_SCOPE}",
 }
 
+# Keys whose mapping holds launch flags, by their names with or without this prefix.
+_NESTED = {"fsdp_config": "fsdp_", "dynamo_config": "dynamo_", "fp8_config": "fp8_"}
 # Keys that are launch flags of the same name.
 _SAME = [
     "mixed_precision",
@@ -53,7 +55,6 @@ _REFUSED_WHEN_SET = {
     "deepspeed_config": f"DeepSpeed is {_SCOPE}",
     "megatron_lm_config": f"Megatron-LM is {_SCOPE}",
     "parallelism_config": f"`parallelism_config` is {_SCOPE}",
-    "fp8_config": f"fp8 is {_SCOPE}",
     "mpirun_config": "accelkw launches through torchrun, not mpirun",
     "tpu_name": f"TPU is {_SCOPE}",
     "tpu_zone": f"TPU is {_SCOPE}",
@@ -73,6 +74,7 @@ ACCELERATE_KEYS = (
     "rdzv_backend",
     "fsdp_config",
     "dynamo_config",
+    "fp8_config",
     *_SAME,
     *_REFUSED_WHEN_SET,
 )
@@ -164,7 +166,7 @@ def _read_key(key: str, value: object, out: AccelerateConfig, flag: Any, refuse:
         # port, on several the static rendezvous is used as Accelerate uses it.
         if value not in (None, "static"):
             out.shared["rdzv_backend"] = value
-    elif key in ("fsdp_config", "dynamo_config"):
+    elif key in _NESTED:
         _nested(key, value, flag, refuse)
     elif key in _REFUSED_WHEN_SET:
         if not _empty(value):
@@ -195,8 +197,9 @@ def _read_key(key: str, value: object, out: AccelerateConfig, flag: Any, refuse:
 
 
 def _nested(key: str, value: object, flag: Any, refuse: Any) -> None:
-    """``fsdp_config``/``dynamo_config``: each entry is the flag of its name (prefixed)."""
-    prefix = "fsdp_" if key == "fsdp_config" else "dynamo_"
+    """``fsdp_config``/``dynamo_config``/``fp8_config``: each entry is the flag of its name
+    (prefixed)."""
+    prefix = _NESTED[key]
     if value is None:
         return
     if not isinstance(value, Mapping):

@@ -3,7 +3,7 @@
 A config is ``accelkw.toml``, or the ``[tool.accelkw]`` table of ``pyproject.toml``::
 
     [accelerator]
-    mixed_precision = "bf16"      # "no" | "fp16" | "bf16"
+    mixed_precision = "bf16"      # "no" | "fp16" | "bf16" | "fp8"
     cpu = false
 
     [plugins]

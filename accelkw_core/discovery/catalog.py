@@ -86,6 +86,10 @@ BUILTINS: tuple[Builtin, ...] = (
         "compile",
         ("DynamoBackend",),
     ),
+    Builtin("ao_recipe", "AORecipeKwargs", "accelkw_fp8", "accelkw-fp8", "fp8"),
+    Builtin("te_recipe", "TERecipeKwargs", "accelkw_fp8", "accelkw-fp8", "fp8"),
+    Builtin("msamp_recipe", "MSAMPRecipeKwargs", "accelkw_fp8", "accelkw-fp8", "fp8"),
+    Builtin("fp8_recipe", "FP8RecipeKwargs", "accelkw_fp8", "accelkw-fp8", "fp8"),
     Builtin(
         "async_checkpoint",
         "AsyncCheckpointKwargs",
@@ -129,6 +133,7 @@ PROVIDERS: dict[str, str] = {
     "mixed_precision": "autocast",
     "loss_scaling": "grad_scaler",
     "accumulation": "grad_accum",
+    "fp8": "ao_recipe",
 }
 
 
@@ -156,7 +161,11 @@ ACCELERATE_ENV_PROVIDERS: dict[str, tuple[str, str]] = {
     "ACCELERATE_GRADIENT_ACCUMULATION_STEPS": ("grad_accum", "1"),
 }
 # Prefixes of the variables Accelerate's plugins read -> the built-in that reads them here.
-ACCELERATE_ENV_PREFIXES: dict[str, str] = {"FSDP_": "fsdp", "ACCELERATE_DYNAMO_": "compile"}
+ACCELERATE_ENV_PREFIXES: dict[str, str] = {
+    "FSDP_": "fsdp",
+    "ACCELERATE_DYNAMO_": "compile",
+    "ACCELERATE_FP8_": "ao_recipe",
+}
 
 # Tracker name -> the distribution that ships it (the built-in tracker plugins).
 TRACKER_DISTRIBUTIONS: dict[str, str] = {

@@ -37,7 +37,7 @@ FLAG_EXPECTED = "a boolean (true/false, 1/0, yes/no, on/off)"
 # Every variable the core reads, other than the ACCELKW_<HANDLER>__<FIELD> overrides.
 VARIABLES: dict[str, str] = {
     "ACCELKW_CONFIG": "the config file to use",
-    "ACCELKW_MIXED_PRECISION": "'no', 'fp16' or 'bf16'",
+    "ACCELKW_MIXED_PRECISION": "'no', 'fp16', 'bf16' or 'fp8'",
     "ACCELKW_CPU": "a switch: run on the CPU even when an accelerator is available",
     "ACCELKW_ALLOW_IMPORTS": "a switch: let configuration name a callable to import",
     "ACCELKW_PLUGINS": "comma-separated allow-list of plugin or distribution names",

@@ -201,7 +201,10 @@ ACCELERATOR_MEMBERS: frozenset[str] = frozenset(
     """)
 )
 
-_FP8 = "FP8 training (Transformer Engine, MS-AMP, torchao) is not provided"
+_FP8 = (
+    "fp8 is a handler plugin (accelkw-fp8, docs/handlers/ao_recipe.md): accelerator.mixed_precision "
+    "== 'fp8' says it is on, and accelerator.state.handlers['ao_recipe'] holds the recipe"
+)
 _PARALLEL = "tensor, context and pipeline parallelism are not provided"
 _HANDLER = (
     "handlers are plugins: read one's settings from accelerator.state.handlers[<name>] "

@@ -15,13 +15,15 @@ from collections.abc import Collection, Mapping
 from typing import TYPE_CHECKING
 
 from accelkw_core.discovery.catalog import PROVIDERS, provider_hint
-from accelkw_core.errors import MissingPluginWarning
+from accelkw_core.errors import ConfigError, MissingPluginWarning
+from accelkw_core.facts.precision import FP8
 from accelkw_core.runtime.state import RunState
 
 if TYPE_CHECKING:
     from accelkw_core.discovery.registry import Registry
 
 __all__ = [
+    "FP8_TRAINING",
     "GRADIENT_SYNC",
     "LOSS_SCALING",
     "MIXED_PRECISION",
@@ -29,6 +31,8 @@ __all__ = [
     "find_gaps",
     "gaps_of_run",
     "live_capabilities",
+    "precision_refusal",
+    "refuse_unprovided_precision",
     "warn_gaps",
 ]
 
@@ -36,6 +40,8 @@ GRADIENT_SYNC = "gradient_sync"
 PROCESS_GROUP = "process_group"
 MIXED_PRECISION = "mixed_precision"
 LOSS_SCALING = "loss_scaling"
+#: What a handler provides when it trains the run in fp8: the core has no fp8 of its own.
+FP8_TRAINING = "fp8"
 
 
 def _why_missing(
@@ -102,6 +108,46 @@ def find_gaps(
             + ", or call torch.distributed.init_process_group before creating the Accelerator"
         )
     return gaps
+
+
+def precision_refusal(
+    mixed_precision: str,
+    capabilities: Collection[str],
+    installed: Collection[str],
+    disabled: Mapping[str, str],
+    troubles: Mapping[str, str] | None = None,
+) -> str | None:
+    """Why the run cannot train in ``mixed_precision`` (``"fp8"`` with no handler providing
+    it), or ``None``. Unlike the gaps, this stops the run: fp8 has no float32 fallback that
+    would still be the run the user asked for."""
+    if mixed_precision != FP8 or FP8_TRAINING in capabilities:
+        return None
+    provider = PROVIDERS.get(FP8_TRAINING)
+    known = (installed, disabled, troubles or {})
+    if provider is None or not any(provider in names for names in known):
+        return f"an installed handler that trains in fp8: {provider_hint(FP8_TRAINING)}"
+    why = _why_missing(FP8_TRAINING, installed, disabled, troubles or {})
+    return f"an installed handler that trains in fp8 ({why})"
+
+
+def refuse_unprovided_precision(
+    state: RunState,
+    capabilities: Collection[str],
+    registry: Registry,
+    disabled: Mapping[str, str],
+) -> None:
+    """Raise a one-line :class:`ConfigError` when :func:`precision_refusal` has a reason."""
+    from accelkw_core.discovery.plugin_warnings import handler_troubles
+
+    refusal = precision_refusal(
+        state.mixed_precision,
+        capabilities,
+        registry.handlers(),
+        disabled,
+        handler_troubles(registry.plugins()),
+    )
+    if refusal is not None:
+        raise ConfigError("accelerator", "mixed_precision", state.mixed_precision, refusal)
 
 
 def gaps_of_run(

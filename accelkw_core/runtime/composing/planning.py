@@ -14,7 +14,11 @@ from accelkw_core.contract.handler import KwargsHandler
 from accelkw_core.contract.plan import Plan
 from accelkw_core.contract.points import ExtensionPoint, point_conflicts
 from accelkw_core.errors import AccelkwError, Contributor, PointConflictError
-from accelkw_core.runtime.composing.missing_capabilities import gaps_of_run, live_capabilities
+from accelkw_core.runtime.composing.missing_capabilities import (
+    gaps_of_run,
+    live_capabilities,
+    refuse_unprovided_precision,
+)
 
 if TYPE_CHECKING:
     from accelkw_core.config.settings import Settings
@@ -80,6 +84,10 @@ def plan_run(
     provided = {cap for hp in plans if hp.plan is not None for cap in hp.plan.provides}
     capabilities = live_capabilities(state, provided)
     gaps = gaps_of_run(state, capabilities, registry, settings.disabled)
+    try:
+        refuse_unprovided_precision(state, capabilities, registry, settings.disabled)
+    except AccelkwError as exc:
+        gaps.insert(0, f"the run would stop: {exc}")
     return plans, gaps
 
 
