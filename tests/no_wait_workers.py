@@ -15,14 +15,16 @@ from pathlib import Path
 from typing import Any
 
 
-def _ddp(**keywords: Any) -> Any:
-    """An Accelerator with a gloo group and DDP (the suite's stand-ins for the built-ins)."""
+def _ddp(*handlers: Any, **keywords: Any) -> Any:
+    """An Accelerator with a gloo group and DDP (the suite's stand-ins for the built-ins), and
+    ``handlers``."""
     from accelkw_core import Accelerator
     from accelkw_core.testing import isolated_registry, plugin_of
     from tests.runtime_helpers import GroupKwargs, SyncKwargs
 
-    registry = isolated_registry([plugin_of(GroupKwargs, SyncKwargs)])
-    return Accelerator(cpu=True, registry=registry, **keywords)
+    kinds = [type(h) for h in handlers]
+    registry = isolated_registry([plugin_of(GroupKwargs, SyncKwargs, *kinds)])
+    return Accelerator(cpu=True, registry=registry, kwargs_handlers=list(handlers), **keywords)
 
 
 def _prepared(acc: Any) -> tuple[Any, Any, Any]:
@@ -178,4 +180,39 @@ def sharded_missing_rank(rank: int, run_dir: str) -> dict[str, Any]:
             time.sleep(0.05)
     found["committed"] = (out / "ckpt").exists()
     acc.end_training()
+    return found
+
+
+def exit_paths(rank: int, run_dir: str) -> dict[str, Any]:
+    """Background saves on; rank 1 leaves a ``with accelerator:`` block by an exception, rank 0
+    calls ``end_training`` while an exception unwinds, each after the other is gone or busy.
+
+    Rank 0 does nothing collective until rank 1 says it has left its block: had ``__exit__``
+    entered a collective, rank 1 would wait for rank 0 there and never say so. Rank 0 then ends
+    while rank 1 is gone; had it entered a collective, it would fail or hang there.
+    """
+    from accelkw_async_checkpoint import AsyncCheckpointKwargs
+
+    out = Path(run_dir)
+    acc = _ddp(AsyncCheckpointKwargs())
+    _prepared(acc)
+    acc.save_state(out / "ckpt")  # committed in the background by rank 0
+    found: dict[str, Any] = {}
+    if rank == 1:
+        try:
+            with acc:
+                raise RuntimeError("rank 1 fails inside its block")
+        except RuntimeError as exc:
+            found["raised"] = str(exc)
+        (out / "rank1-left").write_text("yes")
+        return found
+    deadline = time.monotonic() + 60
+    while not (out / "rank1-left").exists() and time.monotonic() < deadline:
+        time.sleep(0.05)
+    found["rank1-left"] = (out / "rank1-left").exists()
+    try:
+        raise ValueError("rank 0 fails")
+    except ValueError:
+        acc.end_training()  # unwinding: this process's own save finished, no collective
+    found["committed"] = (out / "ckpt" / "accelkw_checkpoint.json").is_file()
     return found

@@ -5,7 +5,9 @@ its own, each process writes its own part into the save it called, whenever it c
 gloo processes: a rank 7 s late lands its part in the save it asked for while the main process
 does not wait; a save from the main process only returns at once and every rank resumes the
 step it recorded; a load-state hook registered on the main process only runs, the collectives
-still in step; FSDP2 with one rank not calling is a clear error naming it. Under
+still in step; leaving a ``with accelerator:`` block by an exception, and ``end_training`` while
+an exception unwinds, wait for no other process (background saves on); FSDP2 with one rank not
+calling is a clear error naming it. Under
 ``accelkw launch`` (torchrun): a rank raising with a background save in flight ends the job in
 seconds, and with ``save_on_each_node`` each machine's local main writes its own copy (two
 "machines" on this host, each with its own working folder).
@@ -76,6 +78,15 @@ def test_a_load_hook_registered_on_the_main_process_only_runs_there(tmp_path: Pa
     assert len(r0["calls"]) == 1 and r0["calls"][0][1] == "ckpt"
     assert r1["calls"] == []
     assert r0["restored"] and r1["restored"]
+
+
+def test_exit_paths_wait_for_no_other_process_with_a_background_save(tmp_path: Path) -> None:
+    r0, r1 = run_workers(workers.exit_paths, 2, args=(str(tmp_path),), timeout=180, env=ENV)
+    assert r1["raised"] == "rank 1 fails inside its block"
+    # Rank 1's __exit__ returned while rank 0 was in no collective at all.
+    assert r0["rank1-left"]
+    # Rank 0's end_training, while an exception unwound, finished its own background save.
+    assert r0["committed"]
 
 
 @pytest.mark.slow
