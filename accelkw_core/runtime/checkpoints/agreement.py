@@ -28,6 +28,7 @@ __all__ = [
     "exchange",
     "failures",
     "node_of",
+    "prepare_presence_check",
     "raise_agreed",
 ]
 
@@ -107,13 +108,23 @@ def barrier(state: RunState, group: Any = None) -> None:
         dist.barrier(group=group)
 
 
+def prepare_presence_check(state: RunState) -> None:
+    """Make, now, the gloo group :func:`everyone_here` needs on a group of another backend.
+
+    Called as the run is built (every process does that): made at a save instead, a process
+    missing from that save would leave the others waiting in the group's creation.
+    """
+    if _grouped(state):
+        _gloo_group()
+
+
 def everyone_here(state: RunState, what: str) -> None:
     """Check that every process entered ``what`` (a collective call), naming those that did not.
 
     torch's ``monitored_barrier`` (gloo) reports the ranks that did not reach it within the
     process group's timeout: the main process raises a :class:`CheckpointError` naming them,
     rather than every process waiting in the collectives that follow. On a group of another
-    backend (NCCL), a gloo group for it is made once, by every process, at the first call.
+    backend (NCCL), on the gloo group :func:`prepare_presence_check` made.
     """
     import torch.distributed as dist
 

@@ -25,7 +25,12 @@ from accelkw_core.errors import (
     CheckpointWarning,
     ConfigError,
 )
-from accelkw_core.runtime.checkpoints.agreement import agree, everyone_here, exchange
+from accelkw_core.runtime.checkpoints.agreement import (
+    agree,
+    everyone_here,
+    exchange,
+    prepare_presence_check,
+)
 from accelkw_core.runtime.checkpoints.atomic_folders import remove_tree
 from accelkw_core.runtime.checkpoints.background_save import BackgroundSave
 from accelkw_core.runtime.checkpoints.layout import Checkpointed
@@ -157,6 +162,8 @@ class Checkpoints:
         self._saves_at_step: tuple[int, dict[str, int]] = (-1, {})
         self._numbered: ProjectConfiguration | None = None
         self._continue_numbering()
+        if self._sharded():
+            prepare_presence_check(state)  # sharded saves are collectives: see _save_sharded
 
     def _continue_numbering(self) -> None:
         """With automatic naming, continue after the newest folder present, once per run.
