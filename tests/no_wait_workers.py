@@ -216,3 +216,22 @@ def exit_paths(rank: int, run_dir: str) -> dict[str, Any]:
         acc.end_training()  # unwinding: this process's own save finished, no collective
     found["committed"] = (out / "ckpt" / "accelkw_checkpoint.json").is_file()
     return found
+
+
+def automatic_naming_late(rank: int, run_dir: str) -> dict[str, Any]:
+    """Automatic naming: rank 1 calls ``save_state()`` only once rank 0 has committed it."""
+    from accelkw_core import ProjectConfiguration
+
+    out = Path(run_dir)
+    config = ProjectConfiguration(project_dir=str(out), automatic_checkpoint_naming=True)
+    acc = _ddp(project_config=config)
+    _prepared(acc)
+    first = out / "checkpoints" / "checkpoint_0" / "accelkw_checkpoint.json"
+    if rank == 1:
+        deadline = time.monotonic() + 60
+        while not first.exists() and time.monotonic() < deadline:
+            time.sleep(0.05)
+    saved = acc.save_state()
+    acc.wait_for_everyone()
+    acc.end_training()
+    return {"saved": saved.name, "next": acc.save_iteration}

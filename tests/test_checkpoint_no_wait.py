@@ -56,6 +56,20 @@ def test_a_rank_seven_seconds_late_lands_its_part_in_its_save_and_the_main_does_
         assert r["draw-after-load"] == r["draw-after-a"]
 
 
+def test_automatic_naming_names_the_same_folder_on_a_process_that_comes_after_the_commit(
+    tmp_path: Path,
+) -> None:
+    r0, r1 = run_workers(
+        workers.automatic_naming_late, 2, args=(str(tmp_path),), timeout=180, env=ENV
+    )
+    # Rank 1 saw checkpoint_0 committed before it called, and still named checkpoint_0.
+    assert r0 == r1 == {"saved": "checkpoint_0", "next": 1}
+    folder = tmp_path / "checkpoints" / "checkpoint_0"
+    manifest = read_manifest(folder)
+    assert manifest is not None and read_part(folder, manifest, 1) is not None
+    assert sorted(p.name for p in folder.parent.iterdir()) == ["checkpoint_0"]
+
+
 def test_a_main_only_save_waits_for_no_one_and_every_rank_resumes_its_step(
     tmp_path: Path,
 ) -> None:
