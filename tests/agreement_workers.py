@@ -191,8 +191,8 @@ def _async_part(rank: int, out: Path, found: dict[str, Any], manifest: str) -> N
     for name in ("a", "b", "c", "d", "e", "f"):
         (out / name).mkdir(exist_ok=True)
     acc.wait_for_everyone()
-    # max_pending=2: save a fails in the background on rank 0 (every rank's commit of it fails,
-    # agreed). Rank 0 sees it done long before its second save; rank 1 may not. Both raise it
+    # max_pending=2: save a fails in the background on rank 0, which commits it alone (no
+    # other rank waits for it). Rank 0 sees it done long before its second save: it raises it
     # at the third save, the first that must wait for it.
     undo = _fail_commit(rank, out / "a" / "ckpt")
     acc.save_state(out / "a" / "ckpt")

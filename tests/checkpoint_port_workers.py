@@ -140,6 +140,7 @@ def two_processes(rank: int, run_dir: str) -> dict[str, Any]:
 
     import accelkw_core
     from accelkw_core.runtime.checkpoints.manifest import read_manifest
+    from accelkw_core.runtime.checkpoints.parts import read_part
     from accelkw_core.testing import isolated_registry, plugin_of
     from tests.runtime_helpers import GroupKwargs, SyncKwargs
 
@@ -156,11 +157,13 @@ def two_processes(rank: int, run_dir: str) -> dict[str, Any]:
     found["accel-tied"] = tied(acc, lm)
 
     train_step(acc, lm, unet, optimizer, seed=1)
+    acc.step = 3  # as three micro-steps of accumulate() count it, on every process
     if acc.is_main_process:
         acc.save_state(out / "solo")
     acc.wait_for_everyone()
     found["solo"] = weights(acc, lm, unet)
     train_step(acc, lm, unet, optimizer, seed=2)
+    acc.step = 0  # as a restarted run begins
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
         acc.load_state(out / "solo")
@@ -168,6 +171,7 @@ def two_processes(rank: int, run_dir: str) -> dict[str, Any]:
     found["solo-tied"] = tied(acc, lm)
     found["solo-warnings"] = [str(w.message) for w in caught]
     found["solo-random"] = torch.rand(3).tolist()
+    found["solo-step"] = acc.step
 
     train_step(acc, lm, unet, optimizer, seed=3)
     acc.save_state(out / "ours")
@@ -175,6 +179,7 @@ def two_processes(rank: int, run_dir: str) -> dict[str, Any]:
     found["ours"] = weights(acc, lm, unet)
     manifest = read_manifest(out / "ours")
     found["ours-files"] = sorted(manifest.files) if manifest is not None else None
+    found["ours-part-1"] = manifest is not None and read_part(out / "ours", manifest, 1) is not None
 
     train_step(acc, lm, unet, optimizer, seed=4)
     if acc.is_main_process:

@@ -87,6 +87,16 @@ def _arm_write() -> None:
 
     folder_io._sync_all = sync_all  # type: ignore[attr-defined]
 
+    from accelkw_core.runtime.checkpoints import parts
+
+    # A process other than the committing one writes only its own part: killed as it
+    # records it (its files written, the record half written, nothing published).
+    def write_durably(path: Path, data: Any) -> Any:
+        path.write_bytes(bytes(data)[: len(data) // 2])
+        _kill()
+
+    parts.write_durably = write_durably  # type: ignore[attr-defined]
+
 
 def _arm_commit() -> None:
     from accelkw_core.runtime.checkpoints import atomic_folders
@@ -349,7 +359,8 @@ def moves(rank: int, run_dir: str) -> dict[str, Any]:
         found["refused"] = str(exc)
     found["unchanged"] = before == (_plain(inner), repr(optimizer.state_dict()))
     refuses.armed = False
-    # A commit that fails on the committing process: every process raises, none waits.
+    # A commit that fails on the committing process: it raises; the others, whose own parts
+    # wait for a commit that does not come, do not (none waits for another).
     real = atomic_folders.commit_folder
 
     def full(temporary: Path, final: Path) -> None:

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import atexit
 import os
+import sys
 import warnings
 import weakref
 from collections.abc import Callable, Iterable, Mapping, Sequence
@@ -153,7 +154,7 @@ class Accelerator:
             gaps = gaps_of_run(state, capabilities, registry, self.settings.disabled)
             warn_gaps(state, gaps)
         except BaseException:
-            self.end_training()
+            self._end(agreed=False)  # a failure path: no collective
             raise
         # Built: accelkw_core.state's RunState()/PartialState() and get_logger's
         # loggers read this run from now on (a failed construction leaves the previous one).
@@ -572,10 +573,14 @@ class Accelerator:
         folder appears complete or not at all: a save interrupted at any instant leaves the
         previous checkpoint of that name untouched. Returns the folder.
 
-        Called on the main process only (``if accelerator.is_main_process:``), as Accelerate
-        allows, it saves alone once the others have not come within
-        ``ACCELKW_SAVE_JOIN_TIMEOUT`` seconds (default 5): a whole checkpoint holding the main
-        process's random states only, from which every process resumes.
+        No process waits for another (sharded state, FSDP, apart: every process calls it, as
+        in Accelerate). The main process writes and commits the shared part (models,
+        optimizers, schedulers, registered objects, the hooks' files; each machine's local
+        main with ``save_on_each_node``); every process writes its own random states, loaders'
+        positions and step into the save it called, whenever it calls, before or after that
+        commit. Called on the main process only (``if accelerator.is_main_process:``), it
+        saves the main process's part only, as Accelerate does: every process resumes from it
+        at the step it records.
         """
         return self._checkpoints.save_state(
             output_dir, safe_serialization, **save_model_func_kwargs
@@ -734,10 +739,19 @@ class Accelerator:
     def end_training(self) -> None:
         """Finish the trackers, then run every handler's teardown in reverse order, once.
 
-        Later calls do nothing. A tracker whose ``finish`` raises does not stop the others or
-        the teardowns; the first such error is raised once they have run, as Accelerate
-        raises it.
+        Later calls do nothing. Called on every process on the normal path, the processes
+        agree on the outcome of their background saves (all raise a failed one, or none).
+        Called while an exception is unwinding (in a ``finally`` or ``except`` block), as
+        ``__exit__``, at interpreter exit, or by a failed ``Accelerator()``, it enters no
+        collective: it finishes this process's own background saves and never waits for
+        another process, so a process that raises ends the job as under plain torchrun. A
+        tracker whose ``finish`` raises does not stop the others or the teardowns; the first
+        such error is raised once they have run, as Accelerate raises it.
         """
+        self._end(agreed=sys.exc_info()[1] is None)
+
+    def _end(self, *, agreed: bool) -> None:
+        """:meth:`end_training`; ``agreed``: on the normal path, where every process calls it."""
         if self._ended:
             return
         self._ended = True
@@ -746,7 +760,7 @@ class Accelerator:
         saving_failure: BaseException | None = None
         tracker_failures: list[tuple[str, BaseException]] = []
         try:
-            self._checkpoints.wait_for_checkpoints()
+            self._checkpoints.wait_for_checkpoints(agreed=agreed)
         except Exception as failed:
             saving_failure = failed
         finally:
@@ -758,7 +772,7 @@ class Accelerator:
                 for name, exc in self.state.run_teardowns():
                     warnings.warn(
                         f"teardown of handler {name!r} failed: {type(exc).__name__}: {exc}",
-                        stacklevel=2,
+                        stacklevel=3,
                     )
         if saving_failure is not None:
             for name, exc in tracker_failures:
@@ -776,7 +790,9 @@ class Accelerator:
         exc: BaseException | None,
         tb: TracebackType | None,
     ) -> None:
-        self.end_training()
+        # An exit path: never a collective, even when the block ended normally (the
+        # processes may leave their blocks at different moments).
+        self._end(agreed=False)
 
     def __repr__(self) -> str:
         names = ", ".join(self.state.handlers) or "none"
@@ -801,7 +817,7 @@ def _teardown_at_exit(accelerator: Accelerator) -> Any:
     def run() -> None:
         live = ref()
         if live is not None:
-            live.end_training()
+            live._end(agreed=False)  # interpreter exit, perhaps after an error: no collective
 
     atexit.register(run)
     return run

@@ -156,8 +156,10 @@ class SaveJob(Protocol):
     The runtime's ``BackgroundSave`` (in
     ``accelkw_core.runtime.checkpoints.background_save``) implements it.
     ``folder``: the checkpoint folder it saves, known before :meth:`stage`, so an executor can
-    wait for an earlier save of the same folder first; ``distributed``: whether the run has
-    several processes (then :meth:`commit` needs the executor's process group); ``notes``: what
+    wait for an earlier save of the same folder first; ``distributed``: whether its commit
+    agrees with other processes (sharded state on several processes: :meth:`commit` then needs
+    the executor's process group; a save of replicated state is committed by its process
+    alone, with no collective); ``notes``: what
     :meth:`stage` cleaned up, for warnings; ``staged_bytes``: the staged copy's size.
     """
 

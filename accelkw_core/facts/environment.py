@@ -45,8 +45,6 @@ VARIABLES: dict[str, str] = {
     "ACCELKW_DISABLE_PLUGIN_AUTOLOAD": "a switch: read no entry points",
     "ACCELKW_NO_CACHE": "a switch: plugins list keeps no listing and always loads for real",
     "ACCELKW_LOG_LEVEL": "what the 'accelkw' loggers print to stderr: DEBUG, INFO, WARNING, ...",
-    "ACCELKW_SAVE_JOIN_TIMEOUT": "seconds save_state waits for every process before the main "
-    "process saves alone (default 5)",
     # Set by `accelkw launch` for its workers (accelkw_core.cli.worker), not by users.
     "ACCELKW_LAUNCH_ERRORS": "the folder where workers leave a configuration error",
     "ACCELKW_LAUNCH_PARENT": "the pid of the process that started the workers",

@@ -84,22 +84,25 @@ def test_ddp_checkpoints_move_between_one_and_two_processes_and_both_frameworks(
         assert any("module." in w for w in found["legacy-warnings"])
         assert found["unchanged"]
     # 1 -> 2 processes: process 1 has no random states of its own in the checkpoint.
-    assert any("could not restore the random states" in w for w in r1["one-warnings"])
+    assert any("Could not load random states" in w for w in r1["one-warnings"])
     assert "Refuses" in r1["refused"] and "KeyError" in r1["refused"]
     assert "process 1" in r0["refused"]
-    assert "no space left" in r0["commit"] and "no space left" in r1["commit"]
-    assert "process 0" in r1["commit"]
+    # The commit fails on the process that commits, alone (rank 1 saved its part and goes on).
+    assert "no space left" in r0["commit"] and r1["commit"] == ""
 
     # 2 -> 1 process, in both frameworks: Accelerate's key names, no wrapper prefix.
     assert all(
         not k.startswith("module.") for k in load_file(tmp_path / "two" / "model.safetensors")
     )
+    # The failed commit left no temporary (rank 1's part waits in the inbox of "two" for a
+    # commit of its save, and is superseded by its next save there).
     assert sorted(p.name for p in tmp_path.iterdir()) == [
+        ".two.accelkw-parts",
         "accel",
         "legacy",
         "one",
         "two",
-    ]  # the failed commit left no temporary
+    ]
     for framework in (accelkw_core, accelerate):
         accelerator, model, _ = _one_process(framework, 3)
         registered = workers.Refuses()  # Accelerate wants as many objects as the folder holds

@@ -22,11 +22,10 @@ import pytest
 import torch
 
 import accelkw_core
-from accelkw_core import CheckpointError, ConfigError
+from accelkw_core import CheckpointError
 from accelkw_core.runtime.checkpoints import atomic_folders
 from accelkw_core.runtime.checkpoints.aliases import with_aliases, without_aliases
 from accelkw_core.runtime.checkpoints.manifest import read_manifest
-from accelkw_core.runtime.checkpoints.participants import JOIN_TIMEOUT_ENV, join_timeout
 from accelkw_core.testing import run_workers
 from tests import checkpoint_port_workers as port
 from tests.conformance.differences import listed
@@ -85,7 +84,7 @@ def test_tied_weights_and_hooks_move_between_the_frameworks_on_one_and_two_proce
         2,
         args=(str(tmp_path),),
         timeout=240,
-        env={"OMP_NUM_THREADS": "1", "ACCELKW_SAVE_JOIN_TIMEOUT": "1"},
+        env={"OMP_NUM_THREADS": "1"},
     )
     for found in (r0, r1):
         assert found["wrapped"] == "DistributedDataParallel"
@@ -95,13 +94,18 @@ def test_tied_weights_and_hooks_move_between_the_frameworks_on_one_and_two_proce
         assert found["solo2-loaded"] == r0["solo2"]
         assert found["ours"] == r0["ours"]
         assert f"unet/{port.UNET_WEIGHTS}" in found["ours-files"]
-        assert "random_states_1.pkl" in found["ours-files"]
+        # Rank 1 wrote its own part of the save every process made, into that save.
+        assert found["ours-part-1"]
+        # Every process resumes the step the lone save recorded (rank 1 has no part of it).
+        assert found["solo-step"] == r0["solo-step"] > 0
     # The lone save holds rank 0's random states only, as Accelerate's: rank 1 is told so,
     # rank 0 draws what it drew after the save.
     solo = read_manifest(tmp_path / "solo")
     assert solo is not None and "random_states_1.pkl" not in solo.files
     assert f"unet/{port.UNET_WEIGHTS}" in solo.files
-    assert any("holds none of process 1" in w for w in r1["solo-warnings"])
+    assert any(
+        "Could not load random states" in w and "process 1" in w for w in r1["solo-warnings"]
+    )
     assert not any("random states" in w for w in r0["solo-warnings"])
     assert not list(tmp_path.glob(f".*{atomic_folders.TMP_SUFFIX}"))
     # Accelerate resumes what two accelkw processes saved, together and from the main alone.
@@ -155,7 +159,8 @@ def test_a_failing_or_killed_save_hook_leaves_the_previous_checkpoint_whole(
     acc.load_state(tmp_path / "ckpt")
     assert port.weights(acc, lm, unet) == saved
     acc.save_state(tmp_path / "ckpt")  # the failing hook was removed: the script's hook saves
-    assert read_manifest(tmp_path / "ckpt") == before
+    again = read_manifest(tmp_path / "ckpt")
+    assert again is not None and before is not None and again.files == before.files
     acc.end_training()
 
     # Killed inside the hook, with the new unet written into the new temporary folder.
@@ -184,9 +189,7 @@ def test_a_failing_or_killed_save_hook_leaves_the_previous_checkpoint_whole(
     again.end_training()
 
 
-def test_shared_storage_keeps_every_value_and_the_join_timeout_is_checked(
-    monkeypatch: pytest.MonkeyPatch,
-) -> None:
+def test_shared_storage_keeps_every_value() -> None:
     base = torch.arange(6.0)
     tied = torch.nn.Parameter(torch.ones(2, 3))
     state = {"a": tied, "b": tied, "first": base[:3], "second": base[3:]}
@@ -199,48 +202,3 @@ def test_shared_storage_keeps_every_value_and_the_join_timeout_is_checked(
     filled = with_aliases(read, state)
     # The name left out gets the kept name's tensor; halves of one buffer are not ties.
     assert filled["b"] is read["a"] and set(filled) == set(state)
-    monkeypatch.setenv(JOIN_TIMEOUT_ENV, "0.5")
-    assert join_timeout() == 0.5
-    for bad in ("soon", "0", "-3"):
-        monkeypatch.setenv(JOIN_TIMEOUT_ENV, bad)
-        with pytest.raises(ConfigError, match=JOIN_TIMEOUT_ENV):
-            join_timeout()
-
-
-def test_the_save_rendezvous_tells_a_lone_main_process_from_every_process() -> None:
-    """The store protocol of a save, main process and one other as two threads on one store.
-
-    Each case orders the two by what the other has done, never by how long anything takes.
-    """
-    import threading
-    from types import SimpleNamespace
-
-    from accelkw_core.runtime.checkpoints import participants as p
-
-    store = torch.distributed.HashStore()
-    main = SimpleNamespace(rank=0, world_size=2)
-    timeout = 0.1
-
-    def other_first() -> tuple[Any, Any]:
-        """The other process claims its slot, then the main process comes (late or not)."""
-        found: dict[str, Any] = {}
-        slot = f"1/{p._pointer(store, 1)}"
-        thread = threading.Thread(target=lambda: found.update(other=p._join(store, 1, timeout)))
-        thread.start()
-        while not store.check([slot]):
-            threading.Event().wait(0.01)
-        found["main"] = p._lead(store, main, timeout)
-        thread.join()
-        return found["main"], found["other"]
-
-    everyone = (p.Participation.ALL, p.Participation.ALL)
-    assert other_first() == everyone
-    # The main process alone, twice (the other elsewhere), then every process again.
-    assert p._lead(store, main, timeout) is p.Participation.MAIN_ALONE
-    assert p._lead(store, main, timeout) is p.Participation.MAIN_ALONE
-    assert other_first() == everyone
-    # The other process waits for a main process that does not come, and gives up; the main
-    # process's next save skips the slot it withdrew, and the one after is everyone's again.
-    assert p._join(store, 1, timeout) is p.Participation.LEFT_OUT
-    assert p._lead(store, main, timeout) is p.Participation.MAIN_ALONE
-    assert other_first() == everyone

@@ -7,7 +7,7 @@ folders fsynced and committed by rename), :mod:`.lock` (one writer per folder), 
 generators and loaders' positions), :mod:`.save` and :mod:`.load` (the two protocols),
 :mod:`.project` (``ProjectConfiguration`` and automatic naming), :mod:`.pretrained`
 (``save_model``'s files), :mod:`.aliases` (tied weights in a safetensors file),
-:mod:`.participants` (whether every process or the main one alone is saving), :mod:`.staging` (a
+:mod:`.parts` (each process's own part, written without waiting for another), :mod:`.staging` (a
 save's state copied for a background write) and :mod:`.background_save` (the ``SaveJob`` a
 checkpoint executor runs).
 

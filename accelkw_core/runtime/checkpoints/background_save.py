@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from accelkw_core.errors import CheckpointWarning
-from accelkw_core.runtime.checkpoints.agreement import barrier
+from accelkw_core.runtime.checkpoints.agreement import alone, barrier
 
 if TYPE_CHECKING:
     from accelkw_core.runtime.checkpoints.save import PendingSave
@@ -32,8 +32,10 @@ class BackgroundSave:
     """One ``save_state`` for a checkpoint executor.
 
     ``folder``: the checkpoint folder it saves (known before :meth:`stage`, so an executor can
-    wait for an earlier save of the same folder first); ``distributed``: whether the run has
-    several processes (the executor's process group is then needed by :meth:`commit`);
+    wait for an earlier save of the same folder first); ``distributed``: whether its commit
+    agrees with other processes (a save of sharded state on several processes: the
+    executor's process group is then needed by :meth:`commit`); a save of replicated state
+    is committed by its process alone (``collective=False``) and needs none;
     ``notes``: what :meth:`stage` cleaned up, for warnings; ``staged_bytes``: the size of the
     staged copy, once staged.
     """
@@ -44,9 +46,12 @@ class BackgroundSave:
         folder: Path,
         begin: Callable[..., PendingSave],
         after_commit: Callable[[], None],
+        *,
+        collective: bool = True,
     ) -> None:
         self.folder = folder
-        self.distributed = state.distributed
+        self.distributed = collective and state.distributed
+        self._collective = collective
         self.notes: list[str] = []
         self._state = state
         self._begin = begin
@@ -83,7 +88,14 @@ class BackgroundSave:
         pending, self._pending = self._pending, None
         if pending is None:
             raise RuntimeError(f"the save of {self.folder} was not staged, or already committed")
+        if not self._collective:
+            with alone():
+                return self._commit(pending, None)
+        return self._commit(pending, group)
+
+    def _commit(self, pending: PendingSave, group: Any) -> Path:
         folder = pending.complete(group)
+        # The main process prunes (a machine's local main of save_on_each_node does not).
         if self._state.is_main_process:
             try:
                 self._after_commit()

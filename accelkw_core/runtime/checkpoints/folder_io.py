@@ -132,11 +132,21 @@ class FolderWriter:
 
     def _submit(self, name: str, job: Callable[[], FileEntry]) -> None:
         """Run ``job`` (which writes or reads ``name`` and returns its entry) on a thread."""
-        if self._writer is None:
-            from concurrent.futures import ThreadPoolExecutor
+        from concurrent.futures import Future, ThreadPoolExecutor
 
+        if self._writer is None:
             self._writer = ThreadPoolExecutor(max_workers=2, thread_name_prefix="accelkw-save")
-        self._pending[name] = self._writer.submit(job)
+        try:
+            self._pending[name] = self._writer.submit(job)
+        except RuntimeError:
+            # The interpreter is exiting (a background save finishing as its process ends, after
+            # an error): no new thread may start, so the job runs here.
+            done: Future[FileEntry] = Future()
+            try:
+                done.set_result(job())
+            except BaseException as exc:
+                done.set_exception(exc)
+            self._pending[name] = done
 
     def write_bytes(self, name: str, data: bytes | memoryview) -> Path:
         """Write ``data`` to ``name`` (relative to the folder), recorded; synced by :meth:`finish`."""
@@ -347,9 +357,15 @@ def _sync_all(
         return {}
     from concurrent.futures import ThreadPoolExecutor
 
-    with ThreadPoolExecutor(max_workers=2, thread_name_prefix="accelkw-fsync") as pool:
-        entries = list(pool.map(entry_of, [folder / name for name in recorded]))
-        list(pool.map(sync_file, [folder / name for name in hashed]))
+    try:
+        with ThreadPoolExecutor(max_workers=2, thread_name_prefix="accelkw-fsync") as pool:
+            entries = list(pool.map(entry_of, [folder / name for name in recorded]))
+            list(pool.map(sync_file, [folder / name for name in hashed]))
+    except RuntimeError:
+        # The interpreter is exiting (see FolderWriter._submit): one after the other, here.
+        entries = [entry_of(folder / name) for name in recorded]
+        for name in hashed:
+            sync_file(folder / name)
     return {**dict(zip(recorded, entries, strict=True)), **hashed}
 
 

@@ -12,7 +12,9 @@ from __future__ import annotations
 
 import contextlib
 import copy
+import dataclasses
 import functools
+import re
 import warnings
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -33,7 +35,13 @@ from accelkw_core.runtime.checkpoints.folder_io import FolderReader
 from accelkw_core.runtime.checkpoints.layout import MODEL, SAFE_MODEL, Checkpointed, numbered
 from accelkw_core.runtime.checkpoints.lock import WriterLock
 from accelkw_core.runtime.checkpoints.manifest import read_manifest
-from accelkw_core.runtime.checkpoints.random_states import random_states, set_random_states
+from accelkw_core.runtime.checkpoints.parts import part_file, read_part
+from accelkw_core.runtime.checkpoints.random_states import (
+    loader_positions,
+    random_states,
+    set_loader_positions,
+    set_random_states,
+)
 from accelkw_core.runtime.checkpoints.save import recover_commit
 
 if TYPE_CHECKING:
@@ -373,35 +381,81 @@ def _read_all(
 def _read_random_states(
     reader: FolderReader, state: RunState, what: Checkpointed, read: _Read
 ) -> None:
-    name = f"random_states_{state.rank}.pkl"
-    if reader.manifest is not None and name in reader.manifest.files:
+    """This process's part (its random states, loaders' positions and step), or, when the
+    checkpoint has none of it, Accelerate's warning and the step and positions the shared part
+    records (the committing process's), so every process resumes the same step."""
+    name = part_file(state.rank)
+    manifest = reader.manifest
+    states: dict[str, Any] | None = None
+    why = ""
+    if manifest is not None and name in manifest.files:
         states = reader.load(name)
-    elif reader.manifest is not None and "random_states_0.pkl" in reader.manifest.files:
-        states = None
-        read.notes.append(
-            f"could not restore the random states: the checkpoint holds none of process "
-            f"{state.rank} (it was saved by fewer processes, or by the main process alone, as "
-            "`if accelerator.is_main_process: accelerator.save_state(...)` saves); this "
-            "process continues with its current ones"
+    elif manifest is not None:
+        why = (
+            f"the checkpoint holds no part of process {state.rank} for this save (it was "
+            "saved by fewer processes, or by the main process alone, as "
+            "`if accelerator.is_main_process: accelerator.save_state(...)` saves)"
         )
     else:
         try:
             states = reader.load(name)
         except CheckpointError as exc:
-            states = None
-            read.notes.append(
-                f"could not restore the random states ({exc}); the run continues with the "
-                "current ones"
-            )
-    if states is None:
-        return
+            why = str(exc)
     loaders, step = what.data_loaders, what.step
+    if states is None:
+        shared = _shared_part(reader)
+        # Accelerate's words for it, then why and what is restored instead.
+        read.notes.append(
+            f"Could not load random states: {why}; this process continues with its current "
+            "ones"
+            + (
+                ", and the step and data loaders' positions the checkpoint records"
+                if shared is not None
+                else ""
+            )
+        )
+        if shared is None:
+            return
+        positions = shared.get("data_loaders", ())
+
+        def keep_positions() -> Restore:
+            return _bind(set_loader_positions, loader_positions(loaders), loaders)
+
+        read.steps.append(
+            _Step(
+                "the data loaders' positions",
+                _bind(set_loader_positions, positions, loaders),
+                keep_positions,
+            )
+        )
+        read.step = manifest.step if manifest is not None else int(shared.get("step", 0))
+        return
 
     def keep() -> Restore:
         return _bind(set_random_states, random_states(loaders, step), loaders)
 
     read.steps.append(_Step("the random states", _bind(set_random_states, states, loaders), keep))
     read.step = int(states.get("step", 0))
+
+
+def _shared_part(reader: FolderReader) -> dict[str, Any] | None:
+    """The part the shared commit holds (the committing process's), for its step and loaders'
+    positions; ``None`` when there is none that checks out."""
+    if reader.manifest is not None:
+        listed = sorted(
+            (n for n in reader.manifest.files if re.fullmatch(r"random_states_\d+\.pkl", n)),
+            key=lambda n: int(n[len("random_states_") : -len(".pkl")]),
+        )
+    else:
+        listed = [part_file(0)]
+    for name in listed:
+        try:
+            found = reader.load(name)
+        except CheckpointError:
+            continue
+        if isinstance(found, dict):
+            return found
+    return None
 
 
 def _first_line(exc: BaseException) -> str:
@@ -574,6 +628,11 @@ def load_checkpoint(
             raise CheckpointNotFoundError(folder, "does not exist (no checkpoint folder there)")
         manifest = read_manifest(folder)
         if manifest is not None:
+            # This process's own part, when the checkpoint holds one of this save: read and
+            # checked as the rest (the main process's manifest cannot list it).
+            own = read_part(folder, manifest, state.rank)
+            if own is not None:
+                manifest = dataclasses.replace(manifest, files={**manifest.files, **own.files})
             missing = manifest.missing(folder)
             if missing:
                 raise CheckpointError(folder / missing[0], "is missing")
@@ -590,12 +649,14 @@ def load_checkpoint(
             stacklevel=3,
         )
     kept: list[Restore] = []
-    if hooks:
-        try:
+    try:
+        if hooks:
             what, kept = _run_hooks(hooks, folder, manifest, what)
-        except BaseException as exc:
-            error = exc
-        _agree_or_restore(state, error, kept, folder)
+    except BaseException as exc:
+        error = exc
+    # Agreed whether this process has hooks or not: a hook registered on some processes only
+    # (the main one) never changes the sequence of collectives.
+    _agree_or_restore(state, error, kept, folder)
     read = _Read()
     try:
         reader = FolderReader(folder, manifest, state)

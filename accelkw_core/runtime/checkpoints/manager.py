@@ -25,16 +25,17 @@ from accelkw_core.errors import (
     CheckpointWarning,
     ConfigError,
 )
-from accelkw_core.runtime.checkpoints.agreement import agree, alone, barrier, exchange
+from accelkw_core.runtime.checkpoints.agreement import (
+    agree,
+    everyone_here,
+    exchange,
+    prepare_presence_check,
+)
 from accelkw_core.runtime.checkpoints.atomic_folders import remove_tree
 from accelkw_core.runtime.checkpoints.background_save import BackgroundSave
 from accelkw_core.runtime.checkpoints.layout import Checkpointed
 from accelkw_core.runtime.checkpoints.load import LoadStateHook, load_checkpoint
-from accelkw_core.runtime.checkpoints.participants import (
-    JOIN_TIMEOUT_ENV,
-    Participation,
-    meet,
-)
+from accelkw_core.runtime.checkpoints.parts import inbox_of, save_identity
 from accelkw_core.runtime.checkpoints.pretrained import save_pretrained
 from accelkw_core.runtime.checkpoints.project import (
     ProjectConfiguration,
@@ -45,7 +46,10 @@ from accelkw_core.runtime.checkpoints.save import (
     PendingSave,
     SaveStateHook,
     begin_save,
+    committer,
     model_state_dict,
+    run_save_hooks,
+    write_own_part,
 )
 
 if TYPE_CHECKING:
@@ -153,6 +157,43 @@ class Checkpoints:
         # keeps a weak reference to the dict, which a plain dict cannot have).
         self._save_hooks: OrderedDict[int, SaveStateHook] = OrderedDict()
         self._load_hooks: OrderedDict[int, LoadStateHook] = OrderedDict()
+        # How many saves of each folder this process made at the current step: with the
+        # step, the identity of a save, the same on every process without a collective.
+        self._saves_at_step: tuple[int, dict[str, int]] = (-1, {})
+        self._numbered: ProjectConfiguration | None = None
+        self._continue_numbering()
+        if self._sharded():
+            prepare_presence_check(state)  # sharded saves are collectives: see _save_sharded
+
+    def _continue_numbering(self) -> None:
+        """With automatic naming, continue after the newest folder present, once per run.
+
+        Read as the run starts, never at a save: a process reaching ``save_state`` after the
+        main process committed would otherwise see that folder and name the next one.
+        """
+        config = self.project_configuration
+        if (
+            self._numbered is config
+            or not config.automatic_checkpoint_naming
+            or config.project_dir is None
+        ):
+            return
+        self._numbered = config  # a configuration set later is read at its first save
+        present = numbered_checkpoints(config.checkpoints_dir())
+        # A restarted run continues after the newest folder, whatever iteration it was given.
+        if present:
+            config.iteration = max(config.iteration, present[-1][0] + 1)
+
+    def _identity(self, folder: Path) -> str:
+        step = self.gradient_state.step
+        at, counts = self._saves_at_step
+        if at != step:
+            counts = {}
+            self._saves_at_step = (step, counts)
+        key = str(folder)
+        count = counts.get(key, 0)
+        counts[key] = count + 1
+        return save_identity(step, count)
 
     def register_save_state_pre_hook(self, hook: SaveStateHook) -> RemovableHandle:
         """Call ``hook(models, weights, output_dir)`` in every ``save_state``; its handle."""
@@ -165,10 +206,7 @@ class Checkpoints:
     def _next_checkpoint(self) -> Path:
         config = self.project_configuration
         parent = config.checkpoints_dir()
-        present = numbered_checkpoints(parent)
-        # A restarted run continues after the newest folder, whatever iteration it was given.
-        if present:
-            config.iteration = max(config.iteration, present[-1][0] + 1)
+        self._continue_numbering()
         return parent / f"checkpoint_{config.iteration}"
 
     def _prune(self) -> None:
@@ -198,6 +236,7 @@ class Checkpoints:
             logger.info("total_limit=%d: removing %s", limit, old)
             try:
                 remove_tree(old)
+                remove_tree(inbox_of(old))
             except Exception as exc:
                 _warn_prune(
                     f"total_limit={limit}: could not remove {old} ({_one_line(exc)}); "
@@ -209,55 +248,60 @@ class Checkpoints:
     ) -> Path:
         """Save the run into ``output_dir`` (or the next automatically named folder); returns it.
 
-        The folder appears complete or not at all (``Accelerator.save_state``).
+        The folder appears complete or not at all (``Accelerator.save_state``). Replicated
+        state is saved without any collective: called on some processes only (the main one,
+        as diffusers' scripts do), it saves what they hold, and no process waits for another.
         """
         config = self.project_configuration
         if config.automatic_checkpoint_naming:
             folder = self._next_checkpoint()
         else:
             folder = _directory(output_dir, "output_dir")
-        # Before any collective: a save called on the main process only has no one to meet.
-        participation = meet(self.state)
-        if participation is Participation.LEFT_OUT:
-            warnings.warn(
-                f"save_state: the main process saved {folder} without this process (they "
-                f"reached save_state further apart than {JOIN_TIMEOUT_ENV} allows); this "
-                "process's random states are not in that checkpoint",
-                CheckpointWarning,
-                stacklevel=3,
-            )
-            config.iteration += 1
-            return folder
-        if participation is Participation.MAIN_ALONE:
-            notes = self._save_alone(folder, safe_serialization)
+        if self._sharded():
+            notes = self._save_sharded(folder, safe_serialization)
         else:
-            folder = self._agreed_folder(folder)
-            notes = self._save(folder, safe_serialization)
+            notes = self._save_replicated(folder, safe_serialization)
         for note in notes:
             # this method, Accelerator.save_state, its caller
             warnings.warn(f"save_state: {note}", CheckpointWarning, stacklevel=3)
         config.iteration += 1
         return folder
 
-    def _save_alone(self, folder: Path, safe_serialization: bool) -> list[str]:
-        """The main process's save while the others are elsewhere: written, committed, alone."""
-        if bool(self.state.values(MODEL_STATE)) or bool(self.state.values(MODEL_CHECKPOINT)):
-            raise CheckpointError(
-                folder,
-                "cannot be saved by the main process alone: the model's state is sharded "
-                "across the processes, so every process must call save_state; nothing was "
-                "written",
-            )
-        logger.info("saving the run's state to %s from the main process alone", folder)
-        with alone():
-            # Its earlier background saves, every process's, finish on their own group; waiting
-            # for them is agreed with nobody, since the other processes are not in this call.
-            self.wait_for_checkpoints()
-            return self._save(folder, safe_serialization, lone=True)
+    def _sharded(self) -> bool:
+        return bool(self.state.values(MODEL_STATE)) or bool(self.state.values(MODEL_CHECKPOINT))
 
-    def _save(self, folder: Path, safe_serialization: bool, *, lone: bool = False) -> list[str]:
-        """Save into ``folder``; the notes for warnings. ``lone``: the main process alone,
-        committed before it returns (no background writer, no barrier)."""
+    def _save_sharded(self, folder: Path, safe_serialization: bool) -> list[str]:
+        """A collective save, as in Accelerate: every process must call it."""
+        # Before the first collective of the save: a process that is not saving is named in a
+        # clear error, rather than the others waiting in a collective it never enters.
+        everyone_here(self.state, f"save_state({str(folder)!r}) of sharded state")
+        return self._save(folder, safe_serialization, collective=True)
+
+    def _save_replicated(self, folder: Path, safe_serialization: bool) -> list[str]:
+        """The shared part committed by its committing process, the others' own parts."""
+        save = self._identity(folder)
+        config = self.project_configuration
+        if committer(self.state, config.save_on_each_node):
+            return self._save(folder, safe_serialization, collective=False, save=save)
+        what = self.checkpointed()
+        if self._save_hooks:
+            # As in Accelerate, the hooks run on every process that saves; only the committing
+            # process's temporary folder is committed, so here they get the folder itself.
+            weights = [self.get_state_dict(model) for model in what.models]
+            run_save_hooks(list(self._save_hooks.values()), what.models, weights, folder)
+        write_own_part(self.state, folder, what, save)
+        return []
+
+    def _save(
+        self,
+        folder: Path,
+        safe_serialization: bool,
+        *,
+        collective: bool,
+        save: str | None = None,
+    ) -> list[str]:
+        """Save into ``folder``; the notes for warnings. ``collective``: every process takes
+        part and agrees (sharded state); else this process commits alone."""
         config = self.project_configuration
         what = self.checkpointed()
         weights = (
@@ -275,23 +319,26 @@ class Checkpoints:
             safe_serialization=safe_serialization,
             save_on_each_node=config.save_on_each_node,
             hooks=list(self._save_hooks.values()),
+            collective=collective,
+            save=save,
         )
-        executors = [] if lone else self.state.values(CHECKPOINT_EXECUTOR)
+        executors = self.state.values(CHECKPOINT_EXECUTOR)
         if executors:
-            notes = self._submit(executors[0], folder, functools.partial(begin, staged=True))
-        else:
-            pending = begin()
-            pending.complete()
-            notes = pending.notes
-        if config.automatic_checkpoint_naming and not executors:
-            if self.state.is_main_process:
-                self._prune()
-            if not lone:
-                barrier(self.state)
-        return notes
+            return self._submit(
+                executors[0], folder, functools.partial(begin, staged=True), collective
+            )
+        pending = begin()
+        pending.complete()
+        if config.automatic_checkpoint_naming and self.state.is_main_process:
+            self._prune()
+        return pending.notes
 
     def _submit(
-        self, executor: CheckpointExecutor, folder: Path, begin: Callable[..., PendingSave]
+        self,
+        executor: CheckpointExecutor,
+        folder: Path,
+        begin: Callable[..., PendingSave],
+        collective: bool,
     ) -> list[str]:
         """Hand the save to the ``checkpoint_executor``: staged now, committed where it says;
         the notes of the staging."""
@@ -301,16 +348,18 @@ class Checkpoints:
             if automatic:
                 self._prune()  # only once the new checkpoint is committed
 
-        job = BackgroundSave(self.state, folder, begin, after_commit)
+        job = BackgroundSave(self.state, folder, begin, after_commit, collective=collective)
         executor.submit(job)
         return job.notes
 
-    def wait_for_checkpoints(self) -> None:
+    def wait_for_checkpoints(self, *, agreed: bool = True) -> None:
         """Wait for the ``checkpoint_executor``'s pending saves; raises a failed one's error.
 
-        Every process calls it (it is part of ``load_state``, ``wait_for_everyone`` and
-        ``end_training``): the processes agree on the outcome before any raises, so all raise
-        (this process's own error, else the first failed process's) or none does. Ctrl-C while
+        ``agreed`` (a call every process makes on the normal path: ``load_state``,
+        ``wait_for_everyone``, ``end_training``): the processes agree on the outcome before
+        any raises, so all raise (this process's own error, else the first failed process's)
+        or none does. Without it (a failure or exit path), this process waits for its own
+        saves only, never for another process, and raises its own failure. Ctrl-C while
         waiting is raised at once, as it is, and the save goes on.
         """
         executors = self.state.values(CHECKPOINT_EXECUTOR)
@@ -322,7 +371,10 @@ class Checkpoints:
                 executor.wait()
         except Exception as exc:
             error = exc
-        agree(self.state, error)
+        if agreed:
+            agree(self.state, error)
+        elif error is not None:
+            raise error
 
     def _agreed_folder(self, folder: Path, missing: CheckpointNotFoundError | None = None) -> Path:
         """The folder the main process chose; raised on every process when it found none.

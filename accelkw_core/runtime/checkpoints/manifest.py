@@ -2,8 +2,11 @@
 
 ``accelkw_checkpoint.json`` lists every file of the checkpoint (path relative to the folder, size,
 XXH3-64 hash), the accelkw version and world size that wrote it, the step, the keys of the
-handlers whose state it holds and the distributions that shipped them. A folder without one was written by Accelerate (or by accelkw
-before 0.3); a folder whose manifest does not match its files is damaged. Torch-free.
+handlers whose state it holds and the distributions that shipped them, and (format 2) the
+identity of the save, which each process's own part, written beside the shared ones by that
+process, must name (:mod:`~accelkw_core.runtime.checkpoints.parts`). A folder without one was
+written by Accelerate (or by accelkw before 0.3); a folder whose manifest does not match its
+files is damaged. Torch-free.
 """
 
 from __future__ import annotations
@@ -27,7 +30,8 @@ from accelkw_core.runtime.checkpoints.atomic_folders import (
 __all__ = ["FORMAT", "MANIFEST", "Manifest", "read_manifest"]
 
 MANIFEST = "accelkw_checkpoint.json"
-FORMAT = 1
+#: 2: the processes' own parts are no longer listed (each has its record), and ``save`` is set.
+FORMAT = 2
 
 
 @dataclass
@@ -40,6 +44,8 @@ class Manifest:
     #: The distribution of each saved handler that came from one (key -> distribution name).
     distributions: dict[str, str] = field(default_factory=dict)
     files: dict[str, FileEntry] = field(default_factory=dict)
+    #: The identity of the save (its step and count), which the processes' parts name.
+    save: str | None = None
     version: str = __version__
     format: int = FORMAT
 
@@ -50,6 +56,7 @@ class Manifest:
             "accelkw": self.version,
             "world_size": self.world_size,
             "step": self.step,
+            **({} if self.save is None else {"save": self.save}),
             "handlers": sorted(self.handlers),
             "distributions": dict(sorted(self.distributions.items())),
             "files": {
@@ -160,6 +167,7 @@ def read_manifest(folder: Path) -> Manifest | None:
             handlers=[str(h) for h in raw.get("handlers", [])],
             distributions={str(k): str(v) for k, v in dict(raw.get("distributions", {})).items()},
             files=_entries(raw.get("files", {}), path),
+            save=None if raw.get("save") is None else str(raw["save"]),
             version=str(raw.get("accelkw", "?")),
             format=fmt,
         )

@@ -15,7 +15,13 @@ import random
 from collections.abc import Iterator, Sequence
 from typing import Any
 
-__all__ = ["numpy_safe_globals", "random_states", "set_random_states"]
+__all__ = [
+    "loader_positions",
+    "numpy_safe_globals",
+    "random_states",
+    "set_loader_positions",
+    "set_random_states",
+]
 
 
 def random_states(data_loaders: Sequence[Any], step: int) -> dict[str, Any]:
@@ -32,11 +38,23 @@ def random_states(data_loaders: Sequence[Any], step: int) -> dict[str, Any]:
     states["torch_manual_seed"] = torch.get_rng_state()
     if torch.cuda.is_available():
         states["torch_cuda_manual_seed"] = torch.cuda.get_rng_state_all()
-    states["data_loaders"] = [
+    states["data_loaders"] = loader_positions(data_loaders)
+    return states
+
+
+def loader_positions(data_loaders: Sequence[Any]) -> list[Any]:
+    """Each prepared loader's position (what it holds is the loader's own business)."""
+    return [
         loader.position() if hasattr(loader, "position") else {"epoch": 0, "generator": None}
         for loader in data_loaders
     ]
-    return states
+
+
+def set_loader_positions(positions: Sequence[Any], data_loaders: Sequence[Any]) -> None:
+    """Give each prepared loader back a position :func:`loader_positions` took."""
+    for loader, saved in zip(data_loaders, positions, strict=False):
+        if hasattr(loader, "resume_position"):
+            loader.resume_position(saved)
 
 
 def set_random_states(states: dict[str, Any], data_loaders: Sequence[Any]) -> None:
@@ -52,9 +70,7 @@ def set_random_states(states: dict[str, Any], data_loaders: Sequence[Any]) -> No
     torch.set_rng_state(states["torch_manual_seed"])
     if "torch_cuda_manual_seed" in states and torch.cuda.is_available():
         torch.cuda.set_rng_state_all(states["torch_cuda_manual_seed"])
-    for loader, saved in zip(data_loaders, states.get("data_loaders", ()), strict=False):
-        if hasattr(loader, "resume_position"):
-            loader.resume_position(saved)
+    set_loader_positions(states.get("data_loaders", ()), data_loaders)
 
 
 @contextlib.contextmanager

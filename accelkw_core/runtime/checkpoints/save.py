@@ -4,10 +4,18 @@ The process that commits (the main one; each machine's first with ``save_on_each
 the folder's writer lock (:mod:`~accelkw_core.runtime.checkpoints.lock`), follows a link to the
 folder it names, checks that the folder can be replaced, finishes or undoes a commit a crash
 cut short, removes the temporaries of saves whose process is gone, and makes a temporary folder
-of a name unique to this save. Every process writes its files there (written, then synced);
-the processes agree that every write succeeded; the committing process writes the manifest and
-moves the folder into place (:mod:`~accelkw_core.runtime.checkpoints.atomic_folders`), and the
-processes agree on that too. A failure at any stage, on any process, is raised by every process
+of a name unique to this save, writes its files there (written, then synced), writes the
+manifest and moves the folder into place (:mod:`~accelkw_core.runtime.checkpoints.atomic_folders`).
+
+Replicated state (one process, DDP) is saved without any collective (``collective=False``): the
+committing process writes the shared part and its own random states and commits on its own;
+every other process writes only its own part, whenever it calls
+(:func:`write_own_part`, :mod:`~accelkw_core.runtime.checkpoints.parts`). No process waits for
+another, and a failure is raised by the process it happened on.
+
+Sharded state is a collective (``collective=True``), as in Accelerate: every process writes its
+files into the committing process's temporary folder, and the processes agree that every write
+succeeded and on the commit; a failure at any stage, on any process, is raised by every process
 at once, the temporary folder is removed and the previous checkpoint is left as it was.
 """
 
@@ -22,9 +30,10 @@ from typing import TYPE_CHECKING, Any
 from accelkw_core.contract.contributions import CheckpointOwner
 from accelkw_core.contract.points import CHECKPOINT, MODEL_CHECKPOINT, MODEL_STATE
 from accelkw_core.errors import CheckpointError
-from accelkw_core.runtime.checkpoints import atomic_folders
+from accelkw_core.runtime.checkpoints import atomic_folders, parts
 from accelkw_core.runtime.checkpoints.agreement import (
     agree,
+    alone,
     exchange,
     failures,
     node_of,
@@ -54,9 +63,12 @@ __all__ = [
     "PendingSave",
     "SaveStateHook",
     "begin_save",
+    "committer",
     "model_state_dict",
     "recover_commit",
+    "run_save_hooks",
     "target_of",
+    "write_own_part",
 ]
 
 
@@ -68,7 +80,9 @@ def model_state_dict(state: RunState, model: Any, unwrapped: Any) -> dict[str, A
     return dict(unwrapped.state_dict())
 
 
-def _committer(state: RunState, on_each_node: bool) -> bool:
+def committer(state: RunState, on_each_node: bool) -> bool:
+    """Whether this process commits the shared part: the main process, or with
+    ``save_on_each_node`` each machine's local main."""
     return state.local_rank == 0 if on_each_node else state.is_main_process
 
 
@@ -181,9 +195,12 @@ def _owned(folder: Path, written: Collection[str]) -> Callable[[str], bool]:
     except CheckpointError:
         manifest = None  # damaged: claim no more than for a folder without one
     if manifest is not None:
-        return (set(manifest.files) | {MANIFEST}).__contains__
+        listed = set(manifest.files) | {MANIFEST} | parts.recorded_files(folder)
+        # Every process's part and its record are the checkpoint's too (not listed: each
+        # process wrote its own); a new save's parts replace them.
+        return lambda name: name in listed or parts.is_part_file(name)
     tops = {name.split("/", 1)[0] for name in written} | {MANIFEST}
-    return lambda name: name.split("/", 1)[0] in tops
+    return lambda name: name.split("/", 1)[0] in tops or parts.is_part_file(name)
 
 
 def _write_states(
@@ -275,6 +292,8 @@ def begin_save(
     staged: bool = False,
     group: Any = None,
     hooks: Sequence[SaveStateHook] = (),
+    collective: bool = True,
+    save: str | None = None,
 ) -> PendingSave:
     """Begin a save of ``folder``: lock, prepare, and write (or stage), on the caller's thread.
 
@@ -293,11 +312,45 @@ def begin_save(
     prepared models, a list of their ``weights`` (a hook pops those it saves its own way) and
     the temporary folder: what they write there is part of the checkpoint, listed in its
     manifest and committed with the rest.
+
+    ``collective=False`` (replicated state): called on a committing process only, which saves
+    on its own, agreeing with no one; ``save`` is the save's identity, recorded in the manifest
+    for the other processes' parts (:mod:`~accelkw_core.runtime.checkpoints.parts`).
     """
-    committer = _committer(state, save_on_each_node)
+    with contextlib.nullcontext() if collective else alone():
+        return _begin_save(
+            state,
+            folder,
+            what,
+            weights,
+            safe_serialization=safe_serialization,
+            save_on_each_node=save_on_each_node,
+            staged=staged,
+            group=group,
+            hooks=hooks,
+            collective=collective,
+            save=save,
+        )
+
+
+def _begin_save(
+    state: RunState,
+    folder: Path,
+    what: Checkpointed,
+    weights: Sequence[dict[str, Any]],
+    *,
+    safe_serialization: bool,
+    save_on_each_node: bool,
+    staged: bool,
+    group: Any,
+    hooks: Sequence[SaveStateHook],
+    collective: bool,
+    save: str | None,
+) -> PendingSave:
+    committing = committer(state, save_on_each_node) or not collective
     # The lock is the folder's a link points to: two links to one folder share its writer.
-    target = target_of(folder) if committer else folder
-    lock = WriterLock(target) if committer else None
+    target = target_of(folder) if committing else folder
+    lock = WriterLock(target) if committing else None
     try:
         mine, notes, error = _start(target, lock)
         temporary = _shared_temporary(state, mine, error)
@@ -307,9 +360,9 @@ def begin_save(
         handlers: list[str] = []
         try:
             weights = list(weights)
-            _run_hooks(hooks, list(what.models), weights, temporary)
+            run_save_hooks(hooks, list(what.models), weights, temporary)
             handlers = _write_states(
-                writer, state, what, weights, safe=safe_serialization, shared=committer
+                writer, state, what, weights, safe=safe_serialization, shared=committing
             )
             if isinstance(writer, StagingWriter):
                 writer.settle()
@@ -320,7 +373,7 @@ def begin_save(
             if failed:
                 if isinstance(writer, StagingWriter):
                     writer.abandon()
-                if committer:
+                if committing:
                     _discard(temporary)
                 raise_agreed(error, failed)
     except BaseException:
@@ -339,6 +392,8 @@ def begin_save(
         what.step,
         notes,
         per_node=save_on_each_node,
+        collective=collective,
+        save=save,
     )
 
 
@@ -362,6 +417,8 @@ class PendingSave:
         notes: list[str],
         *,
         per_node: bool,
+        collective: bool = True,
+        save: str | None = None,
     ) -> None:
         self.state = state
         self.folder = folder
@@ -374,6 +431,8 @@ class PendingSave:
         self._error = error
         self._step = step
         self._per_node = per_node
+        self._collective = collective
+        self._save = save
 
     @property
     def staged_bytes(self) -> int:
@@ -385,7 +444,13 @@ class PendingSave:
         """Write what was staged, sync, agree, commit; every process raises a failure at once.
 
         ``group``: the process group the processes agree on (the default one when ``None``).
+        A save of replicated state (``collective=False``) agrees with no one, and moves in
+        the other processes' parts of it already waiting, once committed.
         """
+        with contextlib.nullcontext() if self._collective else alone():
+            return self._complete(group)
+
+    def _complete(self, group: Any) -> Path:
         state, temporary = self.state, self._temporary
         committer = self._lock is not None
         error = self._error
@@ -427,8 +492,11 @@ class PendingSave:
                         handlers=self._handlers,
                         distributions=_distributions(self.state, self._handlers),
                         files=entries,
+                        save=self._save,
                     ).write(temporary)
                     atomic_folders.commit_folder(temporary, self._target)
+                    if self._save is not None:
+                        parts.adopt(self._target, self._save)
                 except BaseException as exc:
                     error = (
                         atomic_folders.write_error(temporary, exc, "committed")
@@ -444,7 +512,7 @@ class PendingSave:
                 self._lock.release()
 
 
-def _run_hooks(
+def run_save_hooks(
     hooks: Sequence[SaveStateHook], models: list[Any], weights: list[Any], temporary: Path
 ) -> None:
     """Call the save-state pre-hooks as Accelerate does; a failure names the hook."""
@@ -498,3 +566,24 @@ def _gather_entries(
         if not per_node or node == node_of(state):
             merged.update(entries)
     return merged
+
+
+def write_own_part(state: RunState, folder: Path, what: Checkpointed, save: str) -> None:
+    """Write this process's part of the save ``save`` of ``folder``, committed or not yet: its
+    random states (loaders' positions, step) and what its handlers write for it alone (their
+    files of this rank); never waits for another process."""
+    target = target_of(folder)
+    building = parts.begin_part(target, state.rank)
+    writer = FolderWriter(building, state)
+    try:
+        writer.save(parts.part_file(state.rank), random_states(what.data_loaders, what.step))
+        for obj in state.keyed(CHECKPOINT).values():
+            if isinstance(obj, CheckpointOwner):
+                obj.save_checkpoint(writer)  # its shared files are the main process's
+        entries = writer.finish()
+    except BaseException:
+        with contextlib.suppress(BaseException):
+            writer.finish()  # its background syncs end before the folder goes
+        atomic_folders.remove_tree(building)
+        raise
+    parts.publish_part(target, save, state.rank, building, entries)

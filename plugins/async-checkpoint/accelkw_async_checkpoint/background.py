@@ -1,9 +1,11 @@
 """The ``checkpoint_executor`` contribution: saves committed on a thread, in order.
 
-One worker thread commits the saves in the order ``save_state`` staged them, so every process
-issues the commits' collectives in the same order, on a process group made for them (gloo,
-created once, on the caller's thread, at the first save of a run of several processes): they
-never interleave with the training's own collectives on the default group. A failure is kept
+One worker thread commits the saves in the order ``save_state`` staged them. A save of
+replicated state (DDP) is committed by its process alone, with no collective: a save from the
+main process only stays the main process's business. A save of sharded state (FSDP) agrees
+across the processes, so every process issues its commit's collectives in the same order, on
+a process group made for them (gloo, created once, on the caller's thread, at the first such
+save, which every process makes): they never interleave with the training's own collectives. A failure is kept
 and raised once, at the next ``submit`` or ``wait``. The worker is a ``ThreadPoolExecutor``'s:
 Python finishes its queued saves at interpreter exit, before the ``atexit`` handlers run.
 """
@@ -43,8 +45,8 @@ class BackgroundSaves:
         """Wait for room, stage ``job`` here, and queue its commit on the worker thread.
 
         Which saves it waits for depends only on the saves submitted (never on which happen
-        to be done already), so every process raises a failed one at the same call: a
-        commit's failure is agreed by every process, and each notices it at the same moment.
+        to be done already), so a failed one is raised at the same call wherever the same
+        saves were submitted (every process, for sharded state, whose commits agree).
         """
         while self._pending and (
             len(self._pending) >= self.max_pending
@@ -129,8 +131,9 @@ class BackgroundSaves:
         import torch.distributed as dist
 
         if dist.is_available() and dist.is_initialized():
-            # Every process's first save_state reaches here in the same order: new_group is
-            # itself a collective of the default group, made on the caller's thread.
+            # Every process's first save of sharded state reaches here in the same order (a
+            # collective save, every process checked present first): new_group is itself a
+            # collective of the default group, made on the caller's thread.
             self._group = dist.new_group(backend="gloo")
         self._grouped = True
         return self._group
