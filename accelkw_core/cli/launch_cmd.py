@@ -128,7 +128,9 @@ def build_command(
         from accelkw_core.config.files import find_config, load_config
 
         path = find_config(args.config)
-        load_config(path)  # fail here, once, rather than in every worker
+        # Read here (a missing file or bad TOML fails at once); its values are checked with
+        # everything else, every problem at once, before any worker starts (cmd_launch).
+        load_config(path, collect=True)
         child_env[CONFIG_ENV] = str(path.resolve() if path else args.config)
     nproc = args.nproc_per_node or "1"
     given = {key: getattr(args, key) for key in PASSTHROUGH if getattr(args, key, None)}
