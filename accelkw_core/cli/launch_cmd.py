@@ -98,7 +98,10 @@ def add_parser(sub: Any) -> None:
         description="Run SCRIPT through torch.distributed.run with the given processes per "
         "node; multi-node options pass through to torchrun. With one process and no other "
         "option the script runs directly. Exits with the first failed worker's status. "
-        "With --max-restarts N a failed worker group is restarted up to N times.",
+        "With --max-restarts N a failed worker group is restarted up to N times. Before any "
+        "worker starts, every error of the configuration and any extension-point conflict "
+        "among the handlers the run would compose (in its mixed precision and world size) "
+        "is refused, one line each.",
     )
     add_launch_options(launch)
     launch.add_argument(
@@ -393,8 +396,42 @@ def cmd_launch(args: argparse.Namespace) -> int:
     from accelkw_core.config.files import CONFIG_ENV
     from accelkw_core.config.settings import resolve_settings
 
-    resolve_settings(config=env.get(CONFIG_ENV) or None, env=env)
+    settings = resolve_settings(config=env.get(CONFIG_ENV) or None, env=env)
+    refuse_conflicts(settings, args)
     warning = restart_warning(args)
     if warning:
         print(f"accelkw: warning: {warning}", file=sys.stderr)
     return run_child(cmd, env, direct="accelkw_core.cli.torchrun" not in cmd)
+
+
+def planned_world_size(args: argparse.Namespace) -> int:
+    """The world size to plan a launch for: processes per machine times machines (the least
+    of an elastic ``MIN:MAX``); 2 stands for any count not given as a number."""
+    per_node = str(args.nproc_per_node or "1")
+    nodes = str(args.nnodes or "1").split(":", 1)[0]
+    if not (per_node.isdigit() and nodes.isdigit()):
+        return 2
+    return max(1, int(per_node) * int(nodes))
+
+
+def refuse_conflicts(settings: Any, args: argparse.Namespace) -> None:
+    """Raise before any worker starts when the installed handlers would conflict in the run.
+
+    The same plans the workers carry out, planned here on the launch's world size: two
+    handlers contributing to an extension point that takes one would fail every worker, after
+    torchrun started them all. The error names the precision or world size that makes them
+    conflict when it is not every run.
+    """
+    from accelkw_core.cli.plan_cmd import launch_conflicts
+    from accelkw_core.discovery.default_registry import get_registry
+    from accelkw_core.errors import ComposeError, raise_all
+
+    world_size = planned_world_size(args)
+    found = launch_conflicts(settings, get_registry(), world_size)
+    where = f"mixed_precision={settings.mixed_precision!r}, {world_size} process(es)"
+    raise_all(
+        [
+            ComposeError(f"not starting the workers ({where}): {conflict.message}")
+            for conflict in found
+        ]
+    )
