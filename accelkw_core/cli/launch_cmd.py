@@ -398,6 +398,11 @@ def cmd_launch(args: argparse.Namespace) -> int:
 
     settings = resolve_settings(config=env.get(CONFIG_ENV) or None, env=env)
     refuse_conflicts(settings, args)
+    # Warned here once (resolve_settings): the workers need not repeat it, one per process.
+    from accelkw_core.discovery.default_registry import get_registry
+    from accelkw_core.discovery.plugin_warnings import WARNED_ENV, trouble_keys
+
+    env[WARNED_ENV] = ",".join(trouble_keys(get_registry().plugins(), settings.disabled))
     warning = restart_warning(args)
     if warning:
         print(f"accelkw: warning: {warning}", file=sys.stderr)

@@ -50,6 +50,8 @@ VARIABLES: dict[str, str] = {
     # Set by `accelkw launch` for its workers (accelkw_core.cli.worker), not by users.
     "ACCELKW_LAUNCH_ERRORS": "the folder where workers leave a configuration error",
     "ACCELKW_LAUNCH_PARENT": "the pid of the process that started the workers",
+    "ACCELKW_LAUNCH_WARNED": "the plugin troubles the launcher warned about (workers do not "
+    "repeat them)",
 }
 
 
