@@ -383,7 +383,8 @@ def cmd_new(args: argparse.Namespace) -> int:
     for path in files:
         print(f"  {path.relative_to(root).as_posix()}")
     print("next:")
-    print(f"  pip install -e {shown}")
+    # pytest too: the tests the scaffold wrote need it, and accelkw's requirements have none.
+    print(f"  pip install -e {shown} pytest")
     print(f"  pytest {os.path.join(shown, 'tests')}")
     if args.kind == "handler":
         print(f"  accelkw plugins show {names.name}")
