@@ -98,6 +98,13 @@ class PartialState:
         if current_state() is None:
             _set_up(cpu, kwargs)
 
+    @classmethod
+    def _reset_state(cls) -> None:
+        """Forget the run the first ``PartialState()`` set up, undoing what it started (tests do,
+        as Accelerate's own tests call its ``_reset_state``)."""
+        if _partial:
+            _partial.pop().run_teardowns()
+
     @property
     def _run(self) -> RunState:
         run = current_state()

@@ -42,8 +42,12 @@ def test_the_state_classes_have_every_public_member_of_accelerates(
 
     # The instance attributes Accelerate sets in __init__ (its shared state) count too.
     partial = reference.PartialState(cpu=True)
+    try:
+        instance_names = public(reference.PartialState, partial)
+    finally:
+        reference.PartialState._reset_state()  # Accelerate's shared state, left as found
     expected = {
-        "PartialState": public(reference.PartialState, partial),
+        "PartialState": instance_names,
         "AcceleratorState": public(reference.AcceleratorState)
         | {"backend", "debug", "device", "distributed_type", "num_processes", "process_index"}
         | {"local_process_index", "dynamo_plugin", "torch_tp_plugin", "parallelism_config"}
