@@ -6,7 +6,7 @@ Accelerate's imports and ported by :func:`~accelkw_core.tools.porting.port_impor
 ``PartialState(cpu=True)`` alone, ``split_between_processes`` over lists, dicts and tensors with
 and without ``apply_padding``, ``gather``/``gather_object`` and ``in_order`` logging, writes the
 same files byte for byte under ``accelerate launch`` and under ``accelkw launch``, on one, two and
-three processes.
+three processes (and, ported, under ``accelerate launch`` too on two).
 """
 
 from __future__ import annotations
@@ -90,6 +90,13 @@ def test_a_partial_state_inference_script_writes_accelerates_bytes(
     for name in names:
         ref = (tmp_path / "accelerate" / name).read_bytes()
         assert (tmp_path / "accelkw" / name).read_bytes() == ref, name
+    if nproc == 2:
+        # The ported script under Accelerate's launcher (its variables, torchrun underneath)
+        # starts its processes the same way.
+        _launch("accelerate", nproc, ported, tmp_path / "accelkw-under-accelerate")
+        for name in names:
+            ref = (tmp_path / "accelerate" / name).read_bytes()
+            assert (tmp_path / "accelkw-under-accelerate" / name).read_bytes() == ref, name
     log = (tmp_path / "accelkw" / "log.txt").read_text().splitlines()
     # Every rank's lines, in rank order; one "main process only"; nothing of accelkw's own.
     assert [line for line in log if "prompts" in line] == [
