@@ -79,11 +79,6 @@ def _undo(run: RunState) -> None:
     run.run_teardowns()
 
 
-def _skip(*args: Any, **kwargs: Any) -> None:
-    """What a function decorated for another process becomes here."""
-    return None
-
-
 class PartialState:
     """The facts of this process (rank, world size, device), its turns, barrier and shares.
 

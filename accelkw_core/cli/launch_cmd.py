@@ -22,7 +22,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from accelkw_core.cli.accelerate_options import add_accelerate_options, given_values
-from accelkw_core.cli.worker import ERRORS_ENV, PARENT_ENV
+from accelkw_core.cli.worker import CHECK_ENV, ERRORS_ENV, PARENT_ENV
 from accelkw_core.errors import ConfigError
 
 __all__ = [
@@ -397,7 +397,13 @@ def cmd_launch(args: argparse.Namespace) -> int:
     from accelkw_core.config.settings import resolve_settings
 
     settings = resolve_settings(config=env.get(CONFIG_ENV) or None, env=env)
-    refuse_conflicts(settings, args)
+    direct = "accelkw_core.cli.torchrun" not in cmd
+    if direct:
+        refuse_conflicts(settings, planned_world_size(args))
+    else:
+        # Checked by accelkw_core.cli.torchrun before torchrun starts a worker: planning a
+        # multi-process run imports torch, which that process imports anyway and this one not.
+        env[CHECK_ENV] = str(planned_world_size(args))
     # Warned here once (resolve_settings): the workers need not repeat it, one per process.
     from accelkw_core.discovery.default_registry import get_registry
     from accelkw_core.discovery.plugin_warnings import WARNED_ENV, trouble_keys
@@ -406,7 +412,7 @@ def cmd_launch(args: argparse.Namespace) -> int:
     warning = restart_warning(args)
     if warning:
         print(f"accelkw: warning: {warning}", file=sys.stderr)
-    return run_child(cmd, env, direct="accelkw_core.cli.torchrun" not in cmd)
+    return run_child(cmd, env, direct=direct)
 
 
 def planned_world_size(args: argparse.Namespace) -> int:
@@ -419,19 +425,18 @@ def planned_world_size(args: argparse.Namespace) -> int:
     return max(1, int(per_node) * int(nodes))
 
 
-def refuse_conflicts(settings: Any, args: argparse.Namespace) -> None:
+def refuse_conflicts(settings: Any, world_size: int) -> None:
     """Raise before any worker starts when the installed handlers would conflict in the run.
 
-    The same plans the workers carry out, planned here on the launch's world size: two
-    handlers contributing to an extension point that takes one would fail every worker, after
-    torchrun started them all. The error names the precision or world size that makes them
-    conflict when it is not every run.
+    The same plans the workers carry out, planned on the launch's world size: two handlers
+    contributing to an extension point that takes one would fail every worker, after torchrun
+    started them all. The error names the run's precision and world size, and the precision
+    that makes them conflict when it is not every one.
     """
     from accelkw_core.cli.plan_cmd import launch_conflicts
     from accelkw_core.discovery.default_registry import get_registry
     from accelkw_core.errors import ComposeError, raise_all
 
-    world_size = planned_world_size(args)
     found = launch_conflicts(settings, get_registry(), world_size)
     where = f"mixed_precision={settings.mixed_precision!r}, {world_size} process(es)"
     raise_all(
@@ -440,3 +445,13 @@ def refuse_conflicts(settings: Any, args: argparse.Namespace) -> None:
             for conflict in found
         ]
     )
+
+
+def check_before_workers(env: Mapping[str, str]) -> None:
+    """What :mod:`accelkw_core.cli.torchrun` runs before torchrun starts a worker, when
+    ``accelkw launch`` asked (``ACCELKW_LAUNCH_CHECK``: the world size to plan for)."""
+    from accelkw_core.config.files import CONFIG_ENV
+    from accelkw_core.config.settings import resolve_settings
+
+    settings = resolve_settings(config=env.get(CONFIG_ENV) or None, env=env)
+    refuse_conflicts(settings, int(env[CHECK_ENV]))

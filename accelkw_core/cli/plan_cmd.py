@@ -262,9 +262,15 @@ def launch_conflicts(settings: Settings, registry: Registry, world_size: int) ->
     worker starts, in every mixed precision (the run's own decides which are errors)."""
     handlers = [(hs.name, hs.handler) for hs in settings.handlers]
     who = {hs.name: (hs.distribution, hs.origin) for hs in settings.handlers}
+    own = (settings.mixed_precision, world_size)
+    # Planned for the CPU: the launcher imports no torch to ask for CUDA (3 s on a busy
+    # machine, every launch), and the device changes the points a handler contributes to
+    # little. The other precisions are planned only to explain a conflict found.
+    if not _plan_conflicts_under(handlers, who, [own], cpu=True):
+        return []
     runs = [(p, world_size) for p in PRECISIONS]
-    found = _plan_conflicts_under(handlers, who, runs, cpu=settings.cpu)
-    return [c for c in found if (settings.mixed_precision, world_size) in c.occurs]
+    found = _plan_conflicts_under(handlers, who, runs, cpu=True)
+    return [c for c in found if own in c.occurs]
 
 
 def _torch_installed() -> bool:

@@ -65,6 +65,21 @@ def _run(argv: list[str], folder: str) -> int:
     from torch.distributed.elastic.multiprocessing.errors import ChildFailedError
     from torch.distributed.run import main as torchrun_main
 
+    from accelkw_core.cli.worker import CHECK_ENV
+    from accelkw_core.errors import AccelkwError
+
+    if os.environ.get(CHECK_ENV):
+        # Here, torch imported: the run's handlers planned for conflicts before any worker.
+        from accelkw_core.cli.launch_cmd import check_before_workers
+
+        try:
+            check_before_workers(os.environ)
+        except AccelkwError as exc:
+            for line in str(exc).splitlines():
+                print(f"accelkw: error: {line}", file=sys.stderr)
+            return 1
+        finally:
+            os.environ.pop(CHECK_ENV, None)  # not the workers' business
     try:
         torchrun_main(argv)
     except ChildFailedError as exc:

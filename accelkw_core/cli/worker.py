@@ -24,6 +24,9 @@ __all__ = ["ERRORS_ENV", "PARENT_ENV", "die_with_parent", "main"]
 
 ERRORS_ENV = "ACCELKW_LAUNCH_ERRORS"
 PARENT_ENV = "ACCELKW_LAUNCH_PARENT"
+# Set by `accelkw launch` for accelkw_core.cli.torchrun: the world size to check the run's
+# handlers for conflicts on before any worker starts (removed before torchrun runs).
+CHECK_ENV = "ACCELKW_LAUNCH_CHECK"
 _PR_SET_PDEATHSIG = 1
 
 

@@ -52,6 +52,8 @@ VARIABLES: dict[str, str] = {
     "ACCELKW_LAUNCH_PARENT": "the pid of the process that started the workers",
     "ACCELKW_LAUNCH_WARNED": "the plugin troubles the launcher warned about (workers do not "
     "repeat them)",
+    "ACCELKW_LAUNCH_CHECK": "the world size torchrun's process checks the run's handlers for "
+    "conflicts on, before any worker starts",
 }
 
 
