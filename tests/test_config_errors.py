@@ -125,3 +125,16 @@ def test_launch_reports_every_error_before_any_worker_starts(tmp_path: Path) -> 
     errors = [line for line in result.stderr.splitlines() if line.startswith("accelkw: error:")]
     assert len(errors) == 5, result.stderr
     assert not marker.exists()
+
+
+def test_workers_report_every_error_of_a_config_their_code_names_once(tmp_path: Path) -> None:
+    # A config only the script names: the launcher cannot see it, each worker raises.
+    bad = tmp_path / "bad.toml"
+    bad.write_text(CORE_TABLES)
+    script = tmp_path / "train.py"
+    script.write_text(f"from accelkw_core import Accelerator\nAccelerator(config={str(bad)!r})\n")
+    result = run_accelkw(["launch", "--num_processes", "2", str(script)], timeout=240)
+    assert result.returncode == 1
+    errors = [line for line in result.stderr.splitlines() if line.startswith("accelkw: error:")]
+    assert len(errors) == 5, result.stderr
+    assert all(line.endswith("(ranks 0, 1)") for line in errors), errors

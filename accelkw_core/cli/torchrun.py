@@ -86,7 +86,8 @@ def _run(argv: list[str], folder: str) -> int:
         errors = worker_errors(folder)
         for text, ranks in errors.items():
             on = f"rank{'s' if len(ranks) > 1 else ''} {', '.join(map(str, ranks))}"
-            print(f"accelkw: error: {text} ({on})", file=sys.stderr)
+            for line in text.splitlines() or [""]:
+                print(f"accelkw: error: {line} ({on})", file=sys.stderr)
         explained = {rank for ranks in errors.values() for rank in ranks}
         if not set(exc.failures) <= explained:  # keyed by global rank
             print(exc, file=sys.stderr)  # torchrun's report of the failures not explained above

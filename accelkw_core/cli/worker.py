@@ -95,7 +95,8 @@ def _forget_earlier_error() -> None:
 
 
 def _report(exc: BaseException) -> None:
-    text = f"{exc}".replace("\n", " ")
+    # Several errors at once (ConfigErrors) stay a line each.
+    text = f"{exc}"
     path = _error_file()
     if path is not None:
         tmp = f"{path}.{os.getpid()}.tmp"
@@ -103,7 +104,8 @@ def _report(exc: BaseException) -> None:
             fh.write(text)
         os.replace(tmp, path)  # the agent never reads half a message
     else:
-        print(f"accelkw: error: {text}", file=sys.stderr)
+        for line in text.splitlines() or [""]:
+            print(f"accelkw: error: {line}", file=sys.stderr)
 
 
 if __name__ == "__main__":
