@@ -282,9 +282,9 @@ class AcceleratorState(PartialState):
     """:class:`PartialState` with the run's settings (``mixed_precision``, the plugins).
 
     ``str(AcceleratorState())`` is the running ``Accelerator``'s ``str(accelerator.state)``.
-    A setting Accelerate keeps as a plugin object (``dynamo_plugin``, ``torch_tp_plugin``,
-    ``parallelism_config``, ``device_mesh``) is what an installed handler contributed to the
-    ``attribute`` point under that name, else ``None``.
+    A setting Accelerate keeps as a plugin object (``dynamo_plugin``, ``fsdp_plugin``,
+    ``torch_tp_plugin``, ``parallelism_config``, ``device_mesh``) is what an installed handler
+    contributed to the ``attribute`` point under that name, else ``None``.
     """
 
     def __init__(
@@ -315,6 +315,16 @@ class AcceleratorState(PartialState):
     @property
     def device_mesh(self) -> Any:
         return self._attribute("device_mesh")
+
+    @property
+    def fsdp_plugin(self) -> Any:
+        """Accelerate sets it on an FSDP run only; here what a handler shares under that name."""
+        return self._attribute("fsdp_plugin")
+
+    @property
+    def megatron_lm_plugin(self) -> None:
+        """Always ``None``: accelkw runs no Megatron-LM (docs/migrating.md, Out of scope)."""
+        return None
 
     @property
     def is_fsdp2(self) -> bool:
