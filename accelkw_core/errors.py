@@ -5,7 +5,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any, NamedTuple
 
 if TYPE_CHECKING:
-    from collections.abc import Iterable
+    from collections.abc import Iterable, Sequence
 
 __all__ = [
     "AccelkwError",
@@ -16,6 +16,7 @@ __all__ = [
     "CheckpointWarning",
     "ComposeError",
     "ConfigError",
+    "ConfigErrors",
     "ConfigFileError",
     "ConfigWarning",
     "Contributor",
@@ -33,6 +34,8 @@ __all__ = [
     "UnknownHandlerError",
     "UnsupportedAnnotationError",
     "WorkerFailed",
+    "flatten",
+    "raise_all",
     "suggest",
 ]
 
@@ -97,6 +100,56 @@ class ConfigError(AccelkwError, ValueError):
             suggestion=self.suggestion,
             source=source,
         )
+
+
+class ConfigErrors(ConfigError):
+    """Every problem found in one configuration, one line each, in the order found.
+
+    ``errors`` holds them (each an :class:`AccelkwError`, most a :class:`ConfigError` naming
+    its table, field, value and expectation); the attributes of :class:`ConfigError` are the
+    first's, so ``except ConfigError`` still catches the lot. The message is their messages,
+    one per line: a user fixes every problem of a file in one pass.
+    """
+
+    def __init__(self, errors: Sequence[AccelkwError]) -> None:
+        self.errors: list[AccelkwError] = list(errors)
+        first = next((e for e in self.errors if isinstance(e, ConfigError)), None)
+        if first is None:
+            super().__init__("config", "<file>", None, "no errors")
+        else:
+            super().__init__(
+                first.handler,
+                first.field,
+                first.value,
+                first.expected,
+                suggestion=first.suggestion,
+                source=first.source,
+            )
+
+    def _message(self) -> str:
+        return "\n".join(str(e) for e in self.errors)
+
+    def with_source(self, source: str) -> ConfigErrors:
+        return ConfigErrors(
+            [e.with_source(source) if isinstance(e, ConfigError) else e for e in self.errors]
+        )
+
+
+def flatten(errors: Iterable[AccelkwError]) -> list[AccelkwError]:
+    """``errors`` with each :class:`ConfigErrors` replaced by the errors it holds."""
+    out: list[AccelkwError] = []
+    for err in errors:
+        out.extend(flatten(err.errors) if isinstance(err, ConfigErrors) else [err])
+    return out
+
+
+def raise_all(errors: Sequence[AccelkwError]) -> None:
+    """Raise nothing for no error, the error itself for one, :class:`ConfigErrors` for more."""
+    found = flatten(errors)
+    if len(found) == 1:
+        raise found[0]
+    if found:
+        raise ConfigErrors(found)
 
 
 class UnsupportedAnnotationError(AccelkwError, TypeError):

@@ -32,6 +32,25 @@ def test_ci_runs_the_readme_test_command_verbatim() -> None:
     assert setup_commands()[1] in ci.splitlines()
 
 
+def test_one_test_file_runs_with_the_readmes_command_without_xdist() -> None:
+    """The README's way to run one file works as written, with pytest-xdist switched off: the
+    configuration (addopts, markers) assumes no xdist."""
+    import shlex
+    import subprocess
+
+    text = (REPO / "README.md").read_text()
+    section = text.split("## Set up", 1)[1].split("\n## ", 1)[0]
+    found = re.search(r"`(\.venv/bin/python -m pytest -q tests/[\w./]+\.py)`", section)
+    assert found is not None, "the README names no command for one test file"
+    words = shlex.split(found.group(1))
+    command = [sys.executable, *words[1:], "-p", "no:xdist", "-p", "no:cacheprovider"]
+    proc = subprocess.run(
+        command, cwd=REPO, capture_output=True, text=True, timeout=300, check=False
+    )
+    assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-2000:]
+    assert " passed" in proc.stdout
+
+
 def test_torch_is_pinned_wherever_it_is_installed() -> None:
     requirements = (REPO / "requirements.txt").read_text().splitlines()
     assert "torch==2.13.0" in requirements

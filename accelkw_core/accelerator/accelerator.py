@@ -158,7 +158,7 @@ class Accelerator:
             raise
         # Built: accelkw_core.state's RunState()/PartialState() and get_logger's
         # loggers read this run from now on (a failed construction leaves the previous one).
-        make_current(state)
+        make_current(state, self.gradient_state)
 
     # -- facts ---------------------------------------------------------------------------------
 

@@ -22,7 +22,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from accelkw_core.cli.accelerate_options import add_accelerate_options, given_values
-from accelkw_core.cli.worker import ERRORS_ENV, PARENT_ENV
+from accelkw_core.cli.worker import CHECK_ENV, ERRORS_ENV, PARENT_ENV
 from accelkw_core.errors import ConfigError
 
 __all__ = [
@@ -98,7 +98,10 @@ def add_parser(sub: Any) -> None:
         description="Run SCRIPT through torch.distributed.run with the given processes per "
         "node; multi-node options pass through to torchrun. With one process and no other "
         "option the script runs directly. Exits with the first failed worker's status. "
-        "With --max-restarts N a failed worker group is restarted up to N times.",
+        "With --max-restarts N a failed worker group is restarted up to N times. Before any "
+        "worker starts, every error of the configuration and any extension-point conflict "
+        "among the handlers the run would compose (in its mixed precision and world size) "
+        "is refused, one line each.",
     )
     add_launch_options(launch)
     launch.add_argument(
@@ -128,7 +131,9 @@ def build_command(
         from accelkw_core.config.files import find_config, load_config
 
         path = find_config(args.config)
-        load_config(path)  # fail here, once, rather than in every worker
+        # Read here (a missing file or bad TOML fails at once); its values are checked with
+        # everything else, every problem at once, before any worker starts (cmd_launch).
+        load_config(path, collect=True)
         child_env[CONFIG_ENV] = str(path.resolve() if path else args.config)
     nproc = args.nproc_per_node or "1"
     given = {key: getattr(args, key) for key in PASSTHROUGH if getattr(args, key, None)}
@@ -391,8 +396,62 @@ def cmd_launch(args: argparse.Namespace) -> int:
     from accelkw_core.config.files import CONFIG_ENV
     from accelkw_core.config.settings import resolve_settings
 
-    resolve_settings(config=env.get(CONFIG_ENV) or None, env=env)
+    settings = resolve_settings(config=env.get(CONFIG_ENV) or None, env=env)
+    direct = "accelkw_core.cli.torchrun" not in cmd
+    if direct:
+        refuse_conflicts(settings, planned_world_size(args))
+    else:
+        # Checked by accelkw_core.cli.torchrun before torchrun starts a worker: planning a
+        # multi-process run imports torch, which that process imports anyway and this one not.
+        env[CHECK_ENV] = str(planned_world_size(args))
+    # Warned here once (resolve_settings): the workers need not repeat it, one per process.
+    from accelkw_core.discovery.default_registry import get_registry
+    from accelkw_core.discovery.plugin_warnings import WARNED_ENV, trouble_keys
+
+    env[WARNED_ENV] = ",".join(trouble_keys(get_registry().plugins(), settings.disabled))
     warning = restart_warning(args)
     if warning:
         print(f"accelkw: warning: {warning}", file=sys.stderr)
-    return run_child(cmd, env, direct="accelkw_core.cli.torchrun" not in cmd)
+    return run_child(cmd, env, direct=direct)
+
+
+def planned_world_size(args: argparse.Namespace) -> int:
+    """The world size to plan a launch for: processes per machine times machines (the least
+    of an elastic ``MIN:MAX``); 2 stands for any count not given as a number."""
+    per_node = str(args.nproc_per_node or "1")
+    nodes = str(args.nnodes or "1").split(":", 1)[0]
+    if not (per_node.isdigit() and nodes.isdigit()):
+        return 2
+    return max(1, int(per_node) * int(nodes))
+
+
+def refuse_conflicts(settings: Any, world_size: int) -> None:
+    """Raise before any worker starts when the installed handlers would conflict in the run.
+
+    The same plans the workers carry out, planned on the launch's world size: two handlers
+    contributing to an extension point that takes one would fail every worker, after torchrun
+    started them all. The error names the run's precision and world size, and the precision
+    that makes them conflict when it is not every one.
+    """
+    from accelkw_core.cli.plan_cmd import launch_conflicts
+    from accelkw_core.discovery.default_registry import get_registry
+    from accelkw_core.errors import ComposeError, raise_all
+
+    found = launch_conflicts(settings, get_registry(), world_size)
+    where = f"mixed_precision={settings.mixed_precision!r}, {world_size} process(es)"
+    raise_all(
+        [
+            ComposeError(f"not starting the workers ({where}): {conflict.message}")
+            for conflict in found
+        ]
+    )
+
+
+def check_before_workers(env: Mapping[str, str]) -> None:
+    """What :mod:`accelkw_core.cli.torchrun` runs before torchrun starts a worker, when
+    ``accelkw launch`` asked (``ACCELKW_LAUNCH_CHECK``: the world size to plan for)."""
+    from accelkw_core.config.files import CONFIG_ENV
+    from accelkw_core.config.settings import resolve_settings
+
+    settings = resolve_settings(config=env.get(CONFIG_ENV) or None, env=env)
+    refuse_conflicts(settings, int(env[CHECK_ENV]))

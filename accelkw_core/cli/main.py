@@ -74,7 +74,9 @@ def main(argv: Sequence[str] | None = None) -> int:
             configure_from_env()
         return int(func(args))
     except AccelkwError as exc:
-        print(f"accelkw: error: {exc}", file=sys.stderr)
+        # Several errors at once (ConfigErrors) are a line each.
+        for line in str(exc).splitlines() or [""]:
+            print(f"accelkw: error: {line}", file=sys.stderr)
         return 1
     except KeyboardInterrupt:
         print("accelkw: interrupted", file=sys.stderr)

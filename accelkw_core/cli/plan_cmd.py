@@ -12,19 +12,27 @@ from typing import TYPE_CHECKING, Any
 from accelkw_core.facts.precision import MIXED_PRECISION_MODES
 
 if TYPE_CHECKING:
+    from collections.abc import Mapping, Sequence
+
     from accelkw_core.config.settings import Settings
+    from accelkw_core.contract.handler import KwargsHandler
     from accelkw_core.discovery.registry import Registry
     from accelkw_core.errors import PointConflictError
 
 __all__ = [
+    "Conflict",
     "add_parser",
     "build_plan",
     "cmd_plan",
     "conflict_json",
+    "default_conflict_runs",
     "default_conflicts",
     "denied_plugins",
+    "launch_conflicts",
     "planned_conflicts",
 ]
+
+PRECISIONS = ("no", "fp16", "bf16")
 
 
 def add_parser(sub: Any) -> None:
@@ -153,35 +161,118 @@ def planned_conflicts(settings: Settings, registry: Registry) -> list[PointConfl
     return plan_conflicts(plans, who)
 
 
+class Conflict:
+    """A point conflict and the runs it appears on: ``(mixed_precision, world_size)`` pairs.
+
+    ``condition`` says what makes the handlers conflict when it is not every run planned
+    (``"only under mixed_precision='fp16'"``); ``message`` is the error's, with it.
+    """
+
+    __slots__ = ("error", "occurs", "planned")
+
+    def __init__(
+        self,
+        error: PointConflictError,
+        occurs: set[tuple[str, int]],
+        planned: set[tuple[str, int]],
+    ) -> None:
+        self.error = error
+        self.occurs = occurs
+        self.planned = planned
+
+    @property
+    def handlers(self) -> list[str]:
+        return [c.handler for c in self.error.contributors]
+
+    @property
+    def condition(self) -> str:
+        precisions = [p for p in PRECISIONS if any(p == q for q, _ in self.occurs)]
+        planned_precisions = {p for p, _ in self.planned}
+        worlds = {w for _, w in self.occurs}
+        parts = []
+        if set(precisions) != planned_precisions:
+            parts.append("mixed_precision=" + " or ".join(repr(p) for p in precisions))
+        if worlds != {w for _, w in self.planned}:
+            parts.append("several processes" if min(worlds) > 1 else f"{min(worlds)} process(es)")
+        return f"only under {' on '.join(parts)}" if parts else ""
+
+    @property
+    def message(self) -> str:
+        condition = self.condition
+        return f"{self.error} ({condition})" if condition else str(self.error)
+
+    def json(self) -> dict[str, Any]:
+        return {
+            **conflict_json(self.error),
+            "message": self.message,
+            "condition": self.condition,
+        }
+
+
+def _plan_conflicts_under(
+    handlers: Sequence[tuple[str, KwargsHandler]],
+    who: Mapping[str, tuple[str | None, str | None]],
+    runs: Sequence[tuple[str, int]],
+    cpu: bool = False,
+) -> list[Conflict]:
+    """The conflicts of ``handlers`` planned on each run of ``runs``, each once, with the runs
+    it appears on."""
+    from accelkw_core.runtime.composing.planning import plan_conflicts, plan_handler
+    from accelkw_core.runtime.state import RunState
+
+    found: dict[tuple[str, str | None, tuple[str, ...]], Conflict] = {}
+    device = None if not cpu and _torch_installed() else "cpu"
+    for precision, world_size in runs:
+        state = RunState(
+            mixed_precision=precision,
+            world_size=world_size,
+            local_world_size=world_size,
+            device_type=device,
+        )
+        with _launch_rendezvous(world_size):
+            plans = [plan_handler(name, h, state) for name, h in handlers]
+        for error in plan_conflicts(plans, who):
+            key = (error.point, error.key, tuple(c.handler for c in error.contributors))
+            entry = found.setdefault(key, Conflict(error, set(), set(runs)))
+            entry.occurs.add((precision, world_size))
+    return list(found.values())
+
+
 def default_conflicts(registry: Registry) -> list[PointConflictError]:
     """The point conflicts among the installed handlers on by default (no config read), planned
     in each mixed precision on one and two processes: what ``plugins list --strict`` reports,
     a function of what is installed only. Each conflict once, by its point, key and handlers."""
+    return [c.error for c in default_conflict_runs(registry)]
+
+
+def default_conflict_runs(registry: Registry) -> list[Conflict]:
+    """:func:`default_conflicts`, each with the runs it appears on (its ``condition``)."""
     from accelkw_core.config.selection import handler_key, resolve_handlers
-    from accelkw_core.runtime.composing.planning import plan_conflicts, plan_handler
-    from accelkw_core.runtime.state import RunState
 
     handlers = resolve_handlers((), registry=registry)
     who: dict[str, tuple[str | None, str | None]] = {}
     for handler in handlers:
         info = registry.info_for(type(handler))
         who[handler_key(handler)] = (info.distribution if info else None, "default")
-    found: dict[tuple[str, str | None, tuple[str, ...]], PointConflictError] = {}
-    device = None if _torch_installed() else "cpu"
-    for world_size in (1, 2):
-        for precision in ("no", "fp16", "bf16"):
-            state = RunState(
-                mixed_precision=precision,
-                world_size=world_size,
-                local_world_size=world_size,
-                device_type=device,
-            )
-            with _launch_rendezvous(world_size):
-                plans = [plan_handler(handler_key(h), h, state) for h in handlers]
-            for error in plan_conflicts(plans, who):
-                names = tuple(c.handler for c in error.contributors)
-                found.setdefault((error.point, error.key, names), error)
-    return list(found.values())
+    runs = [(p, w) for w in (1, 2) for p in PRECISIONS]
+    return _plan_conflicts_under([(handler_key(h), h) for h in handlers], who, runs)
+
+
+def launch_conflicts(settings: Settings, registry: Registry, world_size: int) -> list[Conflict]:
+    """The point conflicts a launch with ``settings`` on ``world_size`` processes would meet
+    in its workers, each saying what makes them conflict: planned in the launcher, before any
+    worker starts, in every mixed precision (the run's own decides which are errors)."""
+    handlers = [(hs.name, hs.handler) for hs in settings.handlers]
+    who = {hs.name: (hs.distribution, hs.origin) for hs in settings.handlers}
+    own = (settings.mixed_precision, world_size)
+    # Planned for the CPU: the launcher imports no torch to ask for CUDA (3 s on a busy
+    # machine, every launch), and the device changes the points a handler contributes to
+    # little. The other precisions are planned only to explain a conflict found.
+    if not _plan_conflicts_under(handlers, who, [own], cpu=True):
+        return []
+    runs = [(p, world_size) for p in PRECISIONS]
+    found = _plan_conflicts_under(handlers, who, runs, cpu=True)
+    return [c for c in found if own in c.occurs]
 
 
 def _torch_installed() -> bool:

@@ -28,8 +28,9 @@ def add_parser(sub: Any) -> None:
         help="exit 1 when any plugin failed, conflicts or is incompatible with this core, "
         "ACCELKW_PLUGINS / ACCELKW_DISABLE_PLUGINS name a plugin that is not installed, or "
         "two installed handlers on by default would contribute to an extension point that "
-        "takes one (planned in each mixed precision on 1 and 2 processes; `accelkw plan` and "
-        "`accelkw config check` check a run's own settings)",
+        "takes one (planned in each mixed precision on 1 and 2 processes, saying when a "
+        "conflict appears only under some; `accelkw plan` and `accelkw config check` check a "
+        "run's own settings). A plain listing kept since marks the conflicting handlers' rows",
     )
     lst.add_argument(
         "--refresh",
@@ -179,8 +180,12 @@ def cmd_list(args: argparse.Namespace) -> int:
         listing = listing_cache.read(snap)
         if listing is not None and args.json and not listing["fields"]:
             listing = None  # kept by a table listing, which does not resolve fields
-        if listing is not None and args.strict and "conflicts" not in listing:
-            listing = None  # kept by a listing without --strict, which planned nothing
+        kept = listing.get("conflicts") if listing is not None else None
+        # None: kept by a listing without --strict, which planned nothing; strings: kept by
+        # an older core, without the handlers of each conflict.
+        planned = isinstance(kept, list) and all(isinstance(c, dict) for c in kept)
+        if args.strict and not planned:
+            listing = None
         if listing is not None:
             for message in listing["typos"]:  # as config_warnings prints them after a load
                 print(f"accelkw: warning: {message}", file=sys.stderr)
@@ -212,9 +217,12 @@ def _load_listing(snap: Any, fields: bool, strict: bool = False) -> dict[str, An
         "fields": fields,
     }
     if strict:  # after `imported`: planning imports torch, which is no plugin's source
-        from accelkw_core.cli.plan_cmd import default_conflicts
+        from accelkw_core.cli.plan_cmd import default_conflict_runs
 
-        listing["conflicts"] = [str(c) for c in default_conflicts(registry)]
+        listing["conflicts"] = [
+            {"message": c.message, "handlers": c.handlers, "condition": c.condition}
+            for c in default_conflict_runs(registry)
+        ]
     if snap is not None and registry.group == listing_cache.GROUP:
         # A plugin left unimported (denied, or built for another core) stays so until the stamp
         # changes, wherever its module is: only the imported ones' sources matter.
@@ -228,6 +236,17 @@ def _load_listing(snap: Any, fields: bool, strict: bool = False) -> dict[str, An
 def _print_listing(args: argparse.Namespace, listing: dict[str, Any]) -> int:
     plugins: list[dict[str, Any]] = listing["plugins"]
     bad = [p for p in plugins if p["status"] in ("failed", "conflict", "incompatible")]
+    # Point conflicts are planned by --strict (planning imports torch, which a listing does
+    # not); a listing kept since marks the rows of the handlers that clash.
+    conflicts = [c for c in listing.get("conflicts", ()) if isinstance(c, dict)]
+    clashing: dict[str, list[str]] = {}
+    for conflict in conflicts:
+        for name in conflict["handlers"]:
+            others = [n for n in conflict["handlers"] if n != name]
+            text = "point conflict with " + ", ".join(repr(n) for n in others)
+            if conflict["condition"]:
+                text += f" ({conflict['condition']})"
+            clashing.setdefault(name, []).append(text)
     if args.json:
         print_json(plugins)
     else:
@@ -239,7 +258,12 @@ def _print_listing(args: argparse.Namespace, listing: dict[str, Any]) -> int:
             contributed += [("tracker", t) for t in p.get("trackers", ())]
             if contributed and p["status"] != "failed":
                 for kind, c in sorted(contributed, key=lambda kc: (kc[0], str(kc[1]["name"]))):
-                    rows.append([kind, c["name"], c["class"].rsplit(".", 1)[-1], *common, reason])
+                    row = [kind, c["name"], c["class"].rsplit(".", 1)[-1], *common, reason]
+                    marks = clashing.get(str(c["name"])) if kind == "handler" else None
+                    if marks:
+                        row[6] = f"{row[6]}, conflict"
+                        row[7] = "; ".join(filter(None, [reason, *marks]))
+                    rows.append(row)
             else:
                 rows.append(["-", "-", "-", *common, reason])
         # Handlers, then trackers, then plugins that contribute nothing (failed, disabled, ...).
@@ -268,9 +292,10 @@ def _print_listing(args: argparse.Namespace, listing: dict[str, Any]) -> int:
     for p in bad:
         reason = p["error"]["message"] if p["error"] else ""
         print(f"accelkw: warning: plugin {p['name']!r} {p['status']}: {reason}", file=sys.stderr)
-    conflicts: list[str] = listing.get("conflicts", []) if args.strict else []
-    for message in conflicts:
-        print(f"accelkw: error: {message}", file=sys.stderr)
+    if not args.strict:
+        conflicts = []
+    for conflict in conflicts:
+        print(f"accelkw: error: {conflict['message']}", file=sys.stderr)
     return 1 if args.strict and (bad or listing["typos"] or conflicts) else 0
 
 
@@ -358,7 +383,8 @@ def cmd_new(args: argparse.Namespace) -> int:
     for path in files:
         print(f"  {path.relative_to(root).as_posix()}")
     print("next:")
-    print(f"  pip install -e {shown}")
+    # pytest too: the tests the scaffold wrote need it, and accelkw's requirements have none.
+    print(f"  pip install -e {shown} pytest")
     print(f"  pytest {os.path.join(shown, 'tests')}")
     if args.kind == "handler":
         print(f"  accelkw plugins show {names.name}")

@@ -65,13 +65,29 @@ def _run(argv: list[str], folder: str) -> int:
     from torch.distributed.elastic.multiprocessing.errors import ChildFailedError
     from torch.distributed.run import main as torchrun_main
 
+    from accelkw_core.cli.worker import CHECK_ENV
+    from accelkw_core.errors import AccelkwError
+
+    if os.environ.get(CHECK_ENV):
+        # Here, torch imported: the run's handlers planned for conflicts before any worker.
+        from accelkw_core.cli.launch_cmd import check_before_workers
+
+        try:
+            check_before_workers(os.environ)
+        except AccelkwError as exc:
+            for line in str(exc).splitlines():
+                print(f"accelkw: error: {line}", file=sys.stderr)
+            return 1
+        finally:
+            os.environ.pop(CHECK_ENV, None)  # not the workers' business
     try:
         torchrun_main(argv)
     except ChildFailedError as exc:
         errors = worker_errors(folder)
         for text, ranks in errors.items():
             on = f"rank{'s' if len(ranks) > 1 else ''} {', '.join(map(str, ranks))}"
-            print(f"accelkw: error: {text} ({on})", file=sys.stderr)
+            for line in text.splitlines() or [""]:
+                print(f"accelkw: error: {line} ({on})", file=sys.stderr)
         explained = {rank for ranks in errors.values() for rank in ranks}
         if not set(exc.failures) <= explained:  # keyed by global rank
             print(exc, file=sys.stderr)  # torchrun's report of the failures not explained above

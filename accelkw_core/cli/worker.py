@@ -24,6 +24,9 @@ __all__ = ["ERRORS_ENV", "PARENT_ENV", "die_with_parent", "main"]
 
 ERRORS_ENV = "ACCELKW_LAUNCH_ERRORS"
 PARENT_ENV = "ACCELKW_LAUNCH_PARENT"
+# Set by `accelkw launch` for accelkw_core.cli.torchrun: the world size to check the run's
+# handlers for conflicts on before any worker starts (removed before torchrun runs).
+CHECK_ENV = "ACCELKW_LAUNCH_CHECK"
 _PR_SET_PDEATHSIG = 1
 
 
@@ -92,7 +95,8 @@ def _forget_earlier_error() -> None:
 
 
 def _report(exc: BaseException) -> None:
-    text = f"{exc}".replace("\n", " ")
+    # Several errors at once (ConfigErrors) stay a line each.
+    text = f"{exc}"
     path = _error_file()
     if path is not None:
         tmp = f"{path}.{os.getpid()}.tmp"
@@ -100,7 +104,8 @@ def _report(exc: BaseException) -> None:
             fh.write(text)
         os.replace(tmp, path)  # the agent never reads half a message
     else:
-        print(f"accelkw: error: {text}", file=sys.stderr)
+        for line in text.splitlines() or [""]:
+            print(f"accelkw: error: {line}", file=sys.stderr)
 
 
 if __name__ == "__main__":

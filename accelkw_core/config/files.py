@@ -29,7 +29,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from accelkw_core.errors import ConfigError, ConfigFileError, suggest
+from accelkw_core.errors import ConfigError, ConfigFileError, raise_all, suggest
 from accelkw_core.facts.precision import MIXED_PRECISION_MODES
 
 __all__ = [
@@ -62,6 +62,9 @@ class ConfigFile:
     disable: list[str] = field(default_factory=list)
     required: list[str] = field(default_factory=list)
     handlers: dict[str, dict[str, Any]] = field(default_factory=dict)
+    #: What is wrong with the file's shape, every problem (a bad value is left out of the
+    #: fields above); :func:`load_config` raises them unless asked to collect them.
+    errors: list[ConfigError] = field(default_factory=list)
 
     def where(self, table: str) -> str:
         """``"accelkw.toml [handlers.ddp]"``: the file and table a value came from."""
@@ -145,8 +148,12 @@ def read_toml(path: Path) -> dict[str, Any]:
         ) from None
 
 
-def load_config(path: Path | None) -> ConfigFile:
-    """Read and check the shape of the config at ``path`` (an empty config for ``None``)."""
+def load_config(path: Path | None, *, collect: bool = False) -> ConfigFile:
+    """Read and check the shape of the config at ``path`` (an empty config for ``None``).
+
+    Every problem of its shape is raised at once (:class:`~accelkw_core.errors.ConfigErrors`
+    for several); with ``collect``, they are left in ``ConfigFile.errors`` instead.
+    """
     if path is None:
         return ConfigFile()
     data = read_toml(path)
@@ -155,47 +162,72 @@ def load_config(path: Path | None) -> ConfigFile:
         tool = data.get("tool", {})
         data = tool.get("accelkw", {}) if isinstance(tool, dict) else {}
         prefix = "tool.accelkw."
-    return parse_config(data, path=path, prefix=prefix)
+    cfg = parse_config(data, path=path, prefix=prefix)
+    if not collect:
+        raise_all(cfg.errors)
+    return cfg
 
 
 def parse_config(
     data: Mapping[str, Any], *, path: Path | None = None, prefix: str = ""
 ) -> ConfigFile:
-    """Check the sections of a config mapping and return them as a :class:`ConfigFile`."""
+    """Check the sections of a config mapping and return them as a :class:`ConfigFile`.
+
+    Each problem goes to ``errors`` and its value is left out, so every one is found.
+    """
     cfg = ConfigFile(path=path, prefix=prefix)
     where_root = f"{path} [{prefix.rstrip('.')}]" if prefix else str(path)
+    tables: dict[str, dict[str, Any]] = {}
     for key, value in data.items():
         if key not in SECTIONS:
-            raise ConfigError(
-                "config",
-                key,
-                value,
-                "one of the tables " + ", ".join(f"[{s}]" for s in SECTIONS),
-                suggestion=suggest(key, SECTIONS),
-                source=where_root,
+            cfg.errors.append(
+                ConfigError(
+                    "config",
+                    key,
+                    value,
+                    "one of the tables " + ", ".join(f"[{s}]" for s in SECTIONS),
+                    suggestion=suggest(key, SECTIONS),
+                    source=where_root,
+                )
             )
-        if not isinstance(value, dict):
-            raise ConfigError("config", key, value, f"a table ([{prefix}{key}])", source=where_root)
-    cfg.accelerator = _accelerator(cfg, data.get("accelerator", {}))
-    plugins = data.get("plugins", {})
+        elif not isinstance(value, dict):
+            cfg.errors.append(
+                ConfigError("config", key, value, f"a table ([{prefix}{key}])", source=where_root)
+            )
+        else:
+            tables[key] = value
+    cfg.accelerator = _accelerator(cfg, tables.get("accelerator", {}))
+    plugins = tables.get("plugins", {})
     _check_keys(cfg, "plugins", plugins, PLUGINS_KEYS)
     if "enable" in plugins:
-        cfg.enable = _name_list(cfg, "enable", plugins["enable"])
+        cfg.enable = _collect(cfg, _name_list, cfg, "enable", plugins["enable"])
     if "disable" in plugins:
-        cfg.disable = _name_list(cfg, "disable", plugins["disable"])
+        cfg.disable = _collect(cfg, _name_list, cfg, "disable", plugins["disable"]) or []
     if "required" in plugins:
-        cfg.required = _requirement_list(cfg, plugins["required"])
-    for name, table in data.get("handlers", {}).items():
+        cfg.required = _collect(cfg, _requirement_list, cfg, plugins["required"]) or []
+    for name, table in tables.get("handlers", {}).items():
         if not isinstance(table, dict):
-            raise ConfigError(
-                name,
-                "<table>",
-                table,
-                f"a table of field = value ([{prefix}handlers.{name}])",
-                source=cfg.where("handlers"),
+            cfg.errors.append(
+                ConfigError(
+                    name,
+                    "<table>",
+                    table,
+                    f"a table of field = value ([{prefix}handlers.{name}])",
+                    source=cfg.where("handlers"),
+                )
             )
+            continue
         cfg.handlers[name] = dict(table)
     return cfg
+
+
+def _collect(cfg: ConfigFile, read: Any, *args: Any) -> Any:
+    """``read(*args)``, or ``None`` with its error added to ``cfg.errors``."""
+    try:
+        return read(*args)
+    except ConfigError as exc:
+        cfg.errors.append(exc)
+        return None
 
 
 def _check_keys(
@@ -203,13 +235,15 @@ def _check_keys(
 ) -> None:
     for key, value in values.items():
         if key not in allowed:
-            raise ConfigError(
-                table,
-                key,
-                value,
-                "one of the keys " + ", ".join(allowed),
-                suggestion=suggest(key, allowed),
-                source=cfg.where(table),
+            cfg.errors.append(
+                ConfigError(
+                    table,
+                    key,
+                    value,
+                    "one of the keys " + ", ".join(allowed),
+                    suggestion=suggest(key, allowed),
+                    source=cfg.where(table),
+                )
             )
 
 
@@ -217,19 +251,24 @@ def _accelerator(cfg: ConfigFile, values: dict[str, Any]) -> dict[str, Any]:
     _check_keys(cfg, "accelerator", values, ACCELERATOR_KEYS)
     out: dict[str, Any] = {}
     if "mixed_precision" in values:
-        out["mixed_precision"] = check_mixed_precision(
-            values["mixed_precision"], cfg.where("accelerator")
+        mode = _collect(
+            cfg, check_mixed_precision, values["mixed_precision"], cfg.where("accelerator")
         )
+        if mode is not None:
+            out["mixed_precision"] = mode
     if "cpu" in values:
         if not isinstance(values["cpu"], bool):
-            raise ConfigError(
-                "accelerator",
-                "cpu",
-                values["cpu"],
-                "a boolean (true or false)",
-                source=cfg.where("accelerator"),
+            cfg.errors.append(
+                ConfigError(
+                    "accelerator",
+                    "cpu",
+                    values["cpu"],
+                    "a boolean (true or false)",
+                    source=cfg.where("accelerator"),
+                )
             )
-        out["cpu"] = values["cpu"]
+        else:
+            out["cpu"] = values["cpu"]
     return out
 
 

@@ -43,7 +43,14 @@ from accelkw_core.discovery.catalog import install_hint
 from accelkw_core.discovery.default_registry import get_registry
 from accelkw_core.discovery.registry import Registry
 from accelkw_core.discovery.required_plugins import check_requirements
-from accelkw_core.errors import AccelkwError, ConfigError, ConfigWarning, suggest
+from accelkw_core.errors import (
+    AccelkwError,
+    ConfigError,
+    ConfigWarning,
+    flatten,
+    raise_all,
+    suggest,
+)
 from accelkw_core.facts.environment import ENV_PREFIX, VARIABLES, env_flag, unknown_variables
 
 __all__ = [
@@ -119,18 +126,20 @@ def resolve_settings(
     """Merge code, environment, config file and defaults into :class:`Settings`.
 
     ``handlers`` are the handler instances passed in code; their explicit fields win, and their
-    unset fields are taken from the environment or the file. Raises the first ``ConfigError``
-    (or ``ConfigFileError``/``ComposeError``); with ``collect_errors``, every error of the
-    handler tables is kept in ``Settings.errors`` and the faulty handlers fall back to defaults.
+    unset fields are taken from the environment or the file. Every problem is found before
+    anything is raised: one is raised as it is (a ``ConfigError``, ``ConfigFileError``,
+    ``ComposeError``), several as one :class:`~accelkw_core.errors.ConfigErrors`, a line each.
+    With ``collect_errors`` they are kept in ``Settings.errors`` instead, and the faulty
+    settings fall back to their defaults. A file that is not TOML is raised at once.
     """
     env = os.environ if env is None else env
     registry = registry if registry is not None else get_registry()
     code = {
         handler_key(h): h for h in resolve_handlers(handlers, include_defaults=False, order=False)
     }
-    cfg = load_config(find_config(config, env=env, cwd=cwd))
+    cfg = load_config(find_config(config, env=env, cwd=cwd), collect=True)
     out = Settings(config=cfg)
-    _accelerator(out, cfg, env, mixed_precision, cpu)
+    out.errors.extend(cfg.errors)
     imports = bool(_env_flag(env, ENV_ALLOW_IMPORTS, "allow_imports"))
     installed = registry.handlers()
     known = set(installed) | set(code)
@@ -143,10 +152,10 @@ def resolve_settings(
         try:
             return fn(*args)
         except AccelkwError as exc:
-            if not collect_errors:
-                raise
-            out.errors.append(exc)
+            out.errors.extend(flatten([exc]))
             return None
+
+    attempt(_accelerator, out, cfg, env, mixed_precision, cpu)
 
     if cfg.required:  # first: a missing plugin explains the errors that would follow
         attempt(check_requirements, cfg.required, registry, cfg.where("plugins"))
@@ -190,6 +199,8 @@ def resolve_settings(
         built.distribution = info.distribution if info and info.cls is cls else None
         built.origin = CODE if name in code else "config" if name in requested else DEFAULT
         out.handlers.append(built)
+    if not collect_errors:
+        raise_all(out.errors)
     order = {id(h): i for i, h in enumerate(order_handlers(s.handler for s in out.handlers))}
     out.handlers.sort(key=lambda s: order[id(s.handler)])
     return out
@@ -284,6 +295,7 @@ def _disabled(
     out: Settings, cfg: ConfigFile, installed: Mapping[str, Any], code: Mapping[str, Any]
 ) -> None:
     known = sorted(set(installed) | set(code))
+    unknown: list[AccelkwError] = []
     for key, names in (("enable", cfg.enable or []), ("disable", cfg.disable)):
         for name in names:
             if name not in known:
@@ -295,16 +307,19 @@ def _disabled(
                     if key == "disable"
                     else f"; or {install_hint(name)}"
                 )
-                raise ConfigError(
-                    "plugins",
-                    key,
-                    name,
-                    "names of installed handlers: "
-                    + (", ".join(known) or "none installed")
-                    + ("" if hint else fix),
-                    suggestion=hint,
-                    source=cfg.where("plugins"),
+                unknown.append(
+                    ConfigError(
+                        "plugins",
+                        key,
+                        name,
+                        "names of installed handlers: "
+                        + (", ".join(known) or "none installed")
+                        + ("" if hint else fix),
+                        suggestion=hint,
+                        source=cfg.where("plugins"),
+                    )
                 )
+    raise_all(unknown)
     reasons = {n: f"listed in [plugins] disable of {cfg.label}" for n in cfg.disable}
     if cfg.enable is not None:
         for name in installed:
@@ -328,36 +343,29 @@ def _build(
 ) -> HandlerSettings:
     values: dict[str, Any] = {}
     sources: dict[str, str] = {}
+    # Every source is read, so each bad value of the table and the variables is reported.
+    errors: list[AccelkwError] = []
     table = cfg.handlers.get(name)
     if table:
         where = cfg.where(f"handlers.{name}")
         try:
             parsed = coerce_values(cls, table, import_callables=imports)
         except ConfigError as exc:
-            raise exc.with_source(where) from None
+            errors.append(exc.with_source(where))
+            parsed = {}
         for key, value in parsed.items():
             values[key], sources[key] = value, f"file {where}"
-    for key, (var, raw) in (accelerate or {}).items():
+    variables = [(key, var, raw, False) for key, (var, raw) in (accelerate or {}).items()]
+    variables += [(key, var, raw, imports) for key, (var, raw) in env_fields.items()]
+    for key, var, raw, may_import in variables:
         # One at a time, so an error names the variable that gave the value.
         try:
-            parsed = coerce_values(cls, {key: raw}, strings=True)
+            parsed = coerce_values(cls, {key: raw}, strings=True, import_callables=may_import)
         except ConfigError as exc:
-            raise exc.with_source(f"environment variable {var}") from None
+            errors.append(exc.with_source(f"environment variable {var}"))
+            continue
         values[key], sources[key] = parsed[key], f"env {var}"
-    if env_fields:
-        raw = {f: v for f, (_, v) in env_fields.items()}
-        try:
-            parsed = coerce_values(cls, raw, strings=True, import_callables=imports)
-        except ConfigError as exc:
-            base = exc.field.split("[", 1)[0]
-            var = (
-                env_fields[base][0]
-                if base in env_fields
-                else ", ".join(v for v, _ in env_fields.values())
-            )
-            raise exc.with_source(f"environment variable {var}") from None
-        for key, (var, _) in env_fields.items():
-            values[key], sources[key] = parsed[key], f"env {var}"
+    raise_all(errors)
     if code_handler is not None:
         explicit = code_handler.explicit_kwargs()
         if not values:

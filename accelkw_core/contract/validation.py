@@ -21,7 +21,14 @@ from accelkw_core.contract.coercion import (
     parse_duration,
     unsupported_annotation,
 )
-from accelkw_core.errors import ConfigError, Mismatch, UnsupportedAnnotationError, suggest
+from accelkw_core.errors import (
+    AccelkwError,
+    ConfigError,
+    Mismatch,
+    UnsupportedAnnotationError,
+    raise_all,
+    suggest,
+)
 
 __all__ = [
     "build_handler",
@@ -123,17 +130,26 @@ def coerce_values(
         raise ConfigError(label, "<table>", data, "a table of field = value")
     specs = field_specs(cls)
     values: dict[str, Any] = {}
+    # Every key is checked, so one table's three mistakes are three lines of one error.
+    errors: list[AccelkwError] = []
     for key, raw in data.items():
         if not isinstance(key, str) or key not in specs:
             hint = suggest(str(key), specs) if isinstance(key, str) else None
-            raise ConfigError(
-                label,
-                str(key),
-                raw,
-                "a known field: " + ", ".join(specs),
-                suggestion=hint,
+            errors.append(
+                ConfigError(
+                    label,
+                    str(key),
+                    raw,
+                    "a known field: " + ", ".join(specs),
+                    suggestion=hint,
+                )
             )
-        values[key] = _coerce_field(label, specs[key], raw, strings, False, import_callables)
+            continue
+        try:
+            values[key] = _coerce_field(label, specs[key], raw, strings, False, import_callables)
+        except ConfigError as exc:
+            errors.append(exc)
+    raise_all(errors)
     return values
 
 

@@ -3,19 +3,32 @@
 Without these warnings a broken or conflicting plugin only shows in ``accelkw plugins list``,
 and a run quietly goes without it: a second distribution that also registers ``ddp`` would
 leave a 2-process run unsynchronised. ``Accelerator()``, ``accelkw plan``, ``config check`` and
-``launch`` all resolve settings, and so all warn.
+``launch`` all resolve settings, and so all warn: once per launch, not once per process.
+``accelkw launch`` warns, then tells its workers what it warned about (``ACCELKW_LAUNCH_WARNED``),
+and a worker started otherwise (torchrun, ``accelerate launch``) warns on its machine's local
+main process only: every process of a machine sees the same installed plugins.
 """
 
 from __future__ import annotations
 
+import os
 import warnings
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 
 from accelkw_core.discovery.catalog import HANDLER_DISTRIBUTIONS
 from accelkw_core.discovery.records import PluginRecord
 from accelkw_core.errors import IncompatiblePluginWarning, PluginLoadWarning
 
-__all__ = ["handler_troubles", "trouble_text", "warn_troubles"]
+__all__ = [
+    "WARNED_ENV",
+    "handler_troubles",
+    "trouble_keys",
+    "trouble_text",
+    "warn_troubles",
+]
+
+#: Set by ``accelkw launch`` for its workers: the troubles it warned about (``name:status``).
+WARNED_ENV = "ACCELKW_LAUNCH_WARNED"
 
 _STATUSES = ("failed", "conflict", "incompatible")
 
@@ -70,16 +83,36 @@ def handler_troubles(records: Iterable[PluginRecord]) -> dict[str, str]:
     return out
 
 
-def warn_troubles(
-    records: Iterable[PluginRecord], skip: Iterable[str] = (), stacklevel: int = 2
-) -> None:
-    """Warn about each plugin a run goes without (of a registry's ``plugins()``), unless the
-    run disabled it (``skip``)."""
+def trouble_keys(records: Iterable[PluginRecord], skip: Iterable[str] = ()) -> list[str]:
+    """``name:status`` of each plugin a run goes without, as :func:`warn_troubles` warns."""
     left_out = set(skip)
+    keys = []
     for record in records:
         if record.status not in _STATUSES or record.name in left_out:
             continue
         if record.handlers and {c.name for c in record.handlers} <= left_out:
+            continue
+        keys.append(f"{record.name}:{record.status}")
+    return keys
+
+
+def warn_troubles(
+    records: Iterable[PluginRecord],
+    skip: Iterable[str] = (),
+    stacklevel: int = 2,
+    env: Mapping[str, str] | None = None,
+) -> None:
+    """Warn about each plugin a run goes without (of a registry's ``plugins()``), unless the
+    run disabled it (``skip``), the launcher warned already, or another process of this machine
+    warns (see the module's docstring)."""
+    env = os.environ if env is None else env
+    if env.get("LOCAL_RANK", "0").strip() not in ("", "0") and WARNED_ENV not in env:
+        return
+    warned = set(env.get(WARNED_ENV, "").split(","))
+    records = list(records)
+    keys = set(trouble_keys(records, skip)) - warned
+    for record in records:
+        if f"{record.name}:{record.status}" not in keys:
             continue
         category = (
             IncompatiblePluginWarning if record.status == "incompatible" else PluginLoadWarning

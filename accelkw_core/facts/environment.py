@@ -48,6 +48,10 @@ VARIABLES: dict[str, str] = {
     # Set by `accelkw launch` for its workers (accelkw_core.cli.worker), not by users.
     "ACCELKW_LAUNCH_ERRORS": "the folder where workers leave a configuration error",
     "ACCELKW_LAUNCH_PARENT": "the pid of the process that started the workers",
+    "ACCELKW_LAUNCH_WARNED": "the plugin troubles the launcher warned about (workers do not "
+    "repeat them)",
+    "ACCELKW_LAUNCH_CHECK": "the world size torchrun's process checks the run's handlers for "
+    "conflicts on, before any worker starts",
 }
 
 

@@ -42,8 +42,9 @@ def _group(state: AcceleratorState, what: str) -> Any:
         return dist
     raise AccelkwError(
         f"{what} needs a torch.distributed process group across the {state.world_size} processes "
-        f"of this run, and none is initialised: {provider_hint('process_group')}, "
-        "or call torch.distributed.init_process_group before creating the Accelerator"
+        "of this run, and none is initialised: create the Accelerator or a PartialState() "
+        "first (each starts it through the installed handler that provides it: "
+        f"{provider_hint('process_group')}), or call torch.distributed.init_process_group"
     )
 
 

@@ -14,12 +14,22 @@ from accelkw_core.errors import ConfigError, Contributor, PointConflictError
 from accelkw_core.facts.environment import env_int
 from accelkw_core.facts.precision import MIXED_PRECISION_MODES
 
+# Imported for its effect: the ``accelkw`` logger quiet (WARNING) unless asked, before any
+# handler records a line through ``accelkw.<handler>``.
+from accelkw_core.logs import LOGGER as _LOGGER  # noqa: F401
+
 if TYPE_CHECKING:
     import torch
 
     from accelkw_core.contract.handler import KwargsHandler
 
-__all__ = ["MIXED_PRECISION_MODES", "RunState", "current_state", "make_current"]
+__all__ = [
+    "MIXED_PRECISION_MODES",
+    "RunState",
+    "current_gradients",
+    "current_state",
+    "make_current",
+]
 
 
 Teardown = Callable[[], None]
@@ -156,7 +166,8 @@ class RunState:
         """Log what ``handler`` did (``applied=True``) or why it did nothing.
 
         The line also goes to the standard ``logging`` logger ``accelkw.<handler>`` (INFO when
-        applied, DEBUG otherwise), quiet unless the application or ``ACCELKW_LOG_LEVEL`` says.
+        applied, DEBUG otherwise), quiet unless the application or ``ACCELKW_LOG_LEVEL`` says
+        (:mod:`accelkw_core.logs`).
         """
         self.log.append(LogEntry(handler, message, applied))
         import logging  # here, not at module level: plugins import this tier when listed
@@ -355,14 +366,23 @@ class RunState:
         )
 
 
-# The state of the newest Accelerator of this process: what Accelerate's shared-state
-# singletons (``RunState()``, ``PartialState()``) read once an Accelerator exists.
+# The state of the newest Accelerator of this process, and its gradient state: what
+# Accelerate's shared-state singletons (``AcceleratorState()``, ``PartialState()``,
+# ``GradientState()``) read once an Accelerator exists.
 _current: list[RunState] = []
+_gradients: list[Any] = []
 
 
-def make_current(state: RunState) -> None:
-    """Make ``state`` the process's current run (the ``Accelerator`` does, when it is built)."""
+def make_current(state: RunState, gradients: Any = None) -> None:
+    """Make ``state`` the process's current run (the ``Accelerator`` does, when it is built),
+    with ``gradients``, its :class:`~accelkw_core.runtime.accumulation.GradientState`."""
     _current[:] = [state]
+    _gradients[:] = [] if gradients is None else [gradients]
+
+
+def current_gradients() -> Any:
+    """The gradient state of the newest ``Accelerator`` of this process, ``None`` before it."""
+    return _gradients[0] if _gradients else None
 
 
 def current_state() -> RunState | None:

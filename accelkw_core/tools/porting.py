@@ -109,7 +109,9 @@ NAMES: tuple[Name, ...] = (
     Name("accelerate.data_loader", "skip_first_batches", _CORE),
     *_rows("accelerate.logging", "accelkw_core.logging", "get_logger MultiProcessAdapter"),
     *_rows(
-        "accelerate.state", "accelkw_core.state", "AcceleratorState PartialState is_initialized"
+        "accelerate.state",
+        "accelkw_core.state",
+        "AcceleratorState GradientState PartialState is_initialized",
     ),
     Name("accelerate.state", "DistributedType", _CORE),
     Name(
