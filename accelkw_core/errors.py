@@ -33,6 +33,7 @@ __all__ = [
     "UnknownHandlerError",
     "UnsupportedAnnotationError",
     "WorkerFailed",
+    "quoted",
     "suggest",
 ]
 
@@ -288,6 +289,14 @@ class CheckpointError(AccelkwError, OSError):
 
     def __str__(self) -> str:
         return f"checkpoint: {self.path} {self.problem}"
+
+
+def quoted(error: BaseException) -> str:
+    """``error`` as another message quotes it: a :class:`CheckpointError` without its
+    ``checkpoint:`` prefix (the message quoting it has its own), anything else as it reads."""
+    if isinstance(error, CheckpointError):
+        return f"{error.path} {error.problem}"
+    return str(error)
 
 
 class CheckpointLockedError(CheckpointError):

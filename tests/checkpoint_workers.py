@@ -93,8 +93,8 @@ def _arm_commit() -> None:
 
     real = atomic_folders.commit_folder
 
-    def commit(temporary: Path, final: Path) -> None:
-        real(temporary, final)
+    def commit(temporary: Path, final: Path, *rest: Any) -> None:
+        real(temporary, final, *rest)
         _kill()
 
     atomic_folders.commit_folder = commit

@@ -26,7 +26,7 @@ from accelkw_core.errors import (
     ConfigError,
 )
 from accelkw_core.runtime.checkpoints.agreement import agree, alone, barrier, exchange
-from accelkw_core.runtime.checkpoints.atomic_folders import remove_tree
+from accelkw_core.runtime.checkpoints.atomic_folders import remove_tree, save_target
 from accelkw_core.runtime.checkpoints.background_save import BackgroundSave
 from accelkw_core.runtime.checkpoints.layout import Checkpointed
 from accelkw_core.runtime.checkpoints.load import LoadStateHook, load_checkpoint
@@ -215,7 +215,7 @@ class Checkpoints:
         if config.automatic_checkpoint_naming:
             folder = self._next_checkpoint()
         else:
-            folder = _directory(output_dir, "output_dir")
+            folder = save_target(_directory(output_dir, "output_dir"))
         # Before any collective: a save called on the main process only has no one to meet.
         participation = meet(self.state)
         if participation is Participation.LEFT_OUT:
@@ -441,4 +441,5 @@ class Checkpoints:
             prepared.custom,
             self.gradient_state.step,
             unwrapped=[prepared.unwrap(wrapped) for wrapped, _ in prepared.models],
+            given=[original for _, original in prepared.models],
         )

@@ -290,7 +290,7 @@ def begin_save(
     collectives of writes they go on with in the background.
 
     ``hooks`` (``register_save_state_pre_hook``'s) are called first, on every process, with the
-    prepared models, a list of their ``weights`` (a hook pops those it saves its own way) and
+    models as they were given to ``prepare``, a list of their ``weights`` (a hook pops those it saves its own way) and
     the temporary folder: what they write there is part of the checkpoint, listed in its
     manifest and committed with the rest.
     """
@@ -307,7 +307,7 @@ def begin_save(
         handlers: list[str] = []
         try:
             weights = list(weights)
-            _run_hooks(hooks, list(what.models), weights, temporary)
+            _run_hooks(hooks, list(what.given), weights, temporary)
             handlers = _write_states(
                 writer, state, what, weights, safe=safe_serialization, shared=committer
             )
@@ -418,9 +418,8 @@ class PendingSave:
                 try:
                     # A user's own files in the folder (not the previous checkpoint's) are
                     # carried into the new one: a save replaces only what a save wrote.
-                    atomic_folders.keep_others(
-                        self._target, temporary, _owned(self._target, entries)
-                    )
+                    owned = _owned(self._target, entries)
+                    atomic_folders.keep_others(self._target, temporary, owned)
                     Manifest(
                         world_size=state.world_size,
                         step=self._step,
@@ -428,7 +427,7 @@ class PendingSave:
                         distributions=_distributions(self.state, self._handlers),
                         files=entries,
                     ).write(temporary)
-                    atomic_folders.commit_folder(temporary, self._target)
+                    atomic_folders.commit_folder(temporary, self._target, owned)
                 except BaseException as exc:
                     error = (
                         atomic_folders.write_error(temporary, exc, "committed")
