@@ -264,8 +264,9 @@ def _store_for(group: GroupPlan, state: AcceleratorState) -> Any:
     meets on the same live server; a prefix per group means no key is ever read stale. The
     processes start their groups in the same order, so the n-th of each shares a prefix.
     """
-    import torch.distributed as dist
     from torch.distributed.constants import default_pg_timeout
+    from torch.distributed.distributed_c10d import PrefixStore
+    from torch.distributed.rendezvous import rendezvous
 
     url = group.init_method or "env://"
     key = (
@@ -278,11 +279,11 @@ def _store_for(group: GroupPlan, state: AcceleratorState) -> Any:
     found = _RENDEZVOUS.get(key)
     if found is None:
         timeout = group.timeout or default_pg_timeout
-        store, _, _ = next(dist.rendezvous(url, state.rank, state.world_size, timeout=timeout))
+        store, _, _ = next(rendezvous(url, state.rank, state.world_size, timeout=timeout))
         found = (store, 0)
     store, started = found
     _RENDEZVOUS[key] = (store, started + 1)
-    return dist.PrefixStore(f"accelkw_process_group/{started}", store)
+    return PrefixStore(f"accelkw_process_group/{started}", store)
 
 
 def _init_group(group: GroupPlan, state: AcceleratorState) -> None:
