@@ -215,8 +215,12 @@ def _checked_model(
     if safe:
         shapes = {key: spec[0] for key, spec in reader.tensor_specs(name).items()}
     else:
-        # Mapped: its tensors' data are read only when load_state_dict copies them.
-        loaded = dict(reader.load(name, mmap=True))
+        # Mapped: its tensors' data are read only when load_state_dict copies them. A file in
+        # torch's legacy (pre-zip) format cannot be mapped, and is read whole.
+        try:
+            loaded = dict(reader.load(name, mmap=True))
+        except CheckpointError:
+            loaded = dict(reader.load(name))
         shapes = {k: tuple(v.shape) for k, v in loaded.items() if hasattr(v, "shape")}
     prefixed = _prefixed(shapes, current)
     if prefixed:
