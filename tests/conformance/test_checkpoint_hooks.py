@@ -10,8 +10,10 @@ each saves from the main process only, and each loads both frameworks' checkpoin
 
 from __future__ import annotations
 
+import warnings
 from pathlib import Path
 from types import ModuleType
+from typing import Any
 
 import pytest
 
@@ -60,3 +62,44 @@ def test_hooks_get_the_model_without_its_torch_compile_wrapper(tmp_path: Path) -
     assert found["seen"] == [["UNet", "TextEncoder"]] * 2
     assert set(found["seen"][0]) == GIVEN
     assert found["loaded"] == found["saved"]
+
+
+def test_a_compiled_models_weights_keep_accelerates_names_both_ways(
+    accelerate: ModuleType, tmp_path: Path
+) -> None:
+    import torch
+    from accelkw_compile import TorchDynamoPlugin
+    from safetensors import safe_open
+
+    import accelkw_core
+
+    def run(framework: ModuleType, seed: int) -> tuple[Any, Any]:
+        kwargs: dict[str, Any] = (
+            {"dynamo_plugin": TorchDynamoPlugin(backend="eager")}
+            if framework is accelkw_core
+            else {"dynamo_backend": "eager"}
+        )
+        acc = framework.Accelerator(cpu=True, **kwargs)
+        torch.manual_seed(seed)
+        return acc, acc.prepare(torch.nn.Linear(3, 2))
+
+    def weights(acc: Any, model: Any) -> dict[str, list[float]]:
+        inner = acc.unwrap_model(model, keep_torch_compile=False)
+        return {k: v.flatten().tolist() for k, v in inner.state_dict().items()}
+
+    saved = {}
+    for seed, framework in enumerate((accelkw_core, accelerate)):
+        acc, model = run(framework, seed)
+        assert type(model).__name__ == "OptimizedModule"
+        acc.save_state(tmp_path / framework.__name__)
+        saved[framework.__name__] = weights(acc, model)
+        # The names of the model as given to prepare, not torch.compile's `_orig_mod.` ones.
+        with safe_open(str(tmp_path / framework.__name__ / "model.safetensors"), "pt") as fh:
+            assert sorted(fh.keys()) == ["bias", "weight"]
+    for framework in (accelkw_core, accelerate):
+        acc, model = run(framework, 7)
+        for source, expected in saved.items():
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore")  # accelkw: Accelerate's folder has no manifest
+                acc.load_state(tmp_path / source)
+            assert weights(acc, model) == expected, (framework.__name__, source)

@@ -263,7 +263,10 @@ class Checkpoints:
         weights = (
             []
             if self.state.values(MODEL_CHECKPOINT)
-            else [self.get_state_dict(model) for model in what.models]
+            else [
+                model_state_dict(self.state, model, unwrapped)
+                for model, unwrapped in zip(what.models, what.unwrapped, strict=True)
+            ]
         )
         logger.info("saving the run's state to %s", folder)
         begin = functools.partial(
@@ -440,6 +443,10 @@ class Checkpoints:
             prepared.data_loaders,
             prepared.custom,
             self.gradient_state.step,
-            unwrapped=[prepared.unwrap(wrapped) for wrapped, _ in prepared.models],
+            # Without torch.compile's wrapper too: its state dict's names carry `_orig_mod.`,
+            # which Accelerate's checkpoints (of the models as given to prepare) do not.
+            unwrapped=[
+                prepared.unwrap(wrapped, keep_torch_compile=False) for wrapped, _ in prepared.models
+            ],
             given=[original for _, original in prepared.models],
         )
