@@ -352,7 +352,7 @@ def moves(rank: int, run_dir: str) -> dict[str, Any]:
     # A commit that fails on the committing process: every process raises, none waits.
     real = atomic_folders.commit_folder
 
-    def full(temporary: Path, final: Path) -> None:
+    def full(temporary: Path, final: Path, *rest: Any) -> None:
         raise OSError(28, "No space left on device")
 
     if rank == 0:
