@@ -290,9 +290,9 @@ def begin_save(
     collectives of writes they go on with in the background.
 
     ``hooks`` (``register_save_state_pre_hook``'s) are called first, on every process, with the
-    models as they were given to ``prepare``, a list of their ``weights`` (a hook pops those it saves its own way) and
-    the temporary folder: what they write there is part of the checkpoint, listed in its
-    manifest and committed with the rest.
+    models as they were given to ``prepare``, a list of their ``weights`` (a hook pops those it
+    saves its own way) and the temporary folder: what they write there is part of the
+    checkpoint, listed in its manifest and committed with the rest.
     """
     committer = _committer(state, save_on_each_node)
     # The lock is the folder's a link points to: two links to one folder share its writer.
