@@ -147,3 +147,31 @@ def test_an_error_quoted_from_another_process_or_a_background_save_has_one_prefi
     assert str(failed.value).count("checkpoint:") == 1, str(failed.value)
     assert "was not saved" in str(failed.value)
     acc.end_training()
+
+
+def test_weights_of_another_kind_of_dtype_are_refused_before_anything_changes(
+    tmp_path: Path,
+) -> None:
+    import torch
+
+    def model(dtype: torch.dtype) -> torch.nn.Module:
+        module = torch.nn.Linear(3, 2)
+        module.register_buffer("counts", torch.arange(4).to(dtype))
+        return module
+
+    acc = make()
+    torch.manual_seed(0)
+    acc.prepare(model(torch.int64))
+    acc.save_state(tmp_path / "ints")
+    acc.end_training()
+    later = make()
+    torch.manual_seed(1)
+    floats = later.prepare(model(torch.float32))
+    before = {k: v.clone() for k, v in floats.state_dict().items()}
+    with pytest.raises(CheckpointError) as caught:
+        later.load_state(tmp_path / "ints")
+    message = str(caught.value)
+    assert "\n" not in message and "counts holds I64 (integer)" in message
+    assert "torch.float32 (float)" in message
+    assert all(torch.equal(before[k], v) for k, v in floats.state_dict().items())
+    later.end_training()

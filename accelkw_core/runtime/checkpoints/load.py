@@ -119,28 +119,51 @@ def _fit_error(
     )
 
 
+def _kind(dtype: str) -> str:
+    """What kind of number a dtype holds, from torch's name (``torch.float16``) or
+    safetensors' (``F16``): ``load_state_dict`` converts within a kind, not across."""
+    name = dtype.removeprefix("torch.").lower()
+    if name in ("bool",):
+        return "bool"
+    if name.startswith(("c", "complex")):
+        return "complex"
+    if name.startswith(("f", "bf", "half", "double")):
+        return "float"
+    return "integer"
+
+
 def _check_weights(
     path: Path,
     model: Any,
     current: dict[str, Any],
-    shapes: dict[str, tuple[int, ...]],
+    specs: dict[str, tuple[tuple[int, ...], str]],
     filled: dict[str, str],
     strict: bool,
 ) -> None:
-    """Refuse weights of these ``shapes`` (by name) that do not fit ``model``, whose own are
-    ``current``; ``filled``: the names the file lacks that take another name's values."""
+    """Refuse weights of these ``specs`` (shape and dtype, by name) that do not fit ``model``,
+    whose own are ``current``; ``filled``: the names the file lacks that take another name's
+    values. A dtype of another kind (integers into floats) is refused; one of the same kind
+    (float16 into float32) is converted by ``load_state_dict``, as in Accelerate."""
     if strict:
-        missing = sorted(set(current) - set(shapes) - set(filled))
-        unexpected = sorted(set(shapes) - set(current))
+        missing = sorted(set(current) - set(specs) - set(filled))
+        unexpected = sorted(set(specs) - set(current))
         if missing or unexpected:
             raise _fit_error(path, model, missing, unexpected)
-    for key, shape in shapes.items():
+    for key, (shape, dtype) in specs.items():
         have = current.get(key)
-        if have is not None and tuple(have.shape) != tuple(shape):
+        if have is None:
+            continue
+        if tuple(have.shape) != tuple(shape):
             raise CheckpointError(
                 path,
                 f"does not fit the model: {key} has shape {tuple(shape)}, "
                 f"the model's is {tuple(have.shape)}",
+            )
+        if _kind(dtype) != _kind(str(have.dtype)):
+            raise CheckpointError(
+                path,
+                f"does not fit the model: {key} holds {dtype} ({_kind(dtype)}), "
+                f"the model's is {have.dtype} ({_kind(str(have.dtype))})",
             )
 
 
@@ -205,15 +228,15 @@ def _checked_model(
     model_kwargs: dict[str, Any],
     notes: list[str],
 ) -> ApplyLoaded:
-    """Check model ``index``'s file against ``unwrapped`` (keys, shapes: a safetensors file's
-    header, a torch file mapped, not read); returns what reads and copies its weights in."""
+    """Check model ``index``'s file against ``unwrapped`` (keys, shapes, dtypes: a safetensors
+    file's header, a torch file mapped, not read); returns what reads and copies its weights in."""
     name = _model_file(reader, index)
     path = reader.folder / name
     current = unwrapped.state_dict()
     safe = name.endswith(".safetensors")
     loaded: dict[str, Any] | None = None
     if safe:
-        shapes = {key: spec[0] for key, spec in reader.tensor_specs(name).items()}
+        specs = reader.tensor_specs(name)
     else:
         # Mapped: its tensors' data are read only when load_state_dict copies them. A file in
         # torch's legacy (pre-zip) format cannot be mapped, and is read whole.
@@ -221,19 +244,21 @@ def _checked_model(
             loaded = dict(reader.load(name, mmap=True))
         except CheckpointError:
             loaded = dict(reader.load(name))
-        shapes = {k: tuple(v.shape) for k, v in loaded.items() if hasattr(v, "shape")}
-    prefixed = _prefixed(shapes, current)
+        specs = {
+            k: (tuple(v.shape), str(v.dtype)) for k, v in loaded.items() if hasattr(v, "shape")
+        }
+    prefixed = _prefixed(specs, current)
     if prefixed:
         notes.append(
             f"{name} carries the DistributedDataParallel wrapper's key names (module.*), as "
             "accelkw 0.2 saved them: loaded without the prefix; a new save_state writes "
             "Accelerate's names"
         )
-        shapes = _unprefixed(shapes)
+        specs = _unprefixed(specs)
     # A tied weight's second name is not in a safetensors file (either framework's), nor a
     # view of part of a buffer the file holds whole: they take their values from it.
-    filled = alias_sources(current, shapes.keys())
-    _check_weights(path, unwrapped, current, shapes, filled, bool(model_kwargs.get("strict", True)))
+    filled = alias_sources(current, specs.keys())
+    _check_weights(path, unwrapped, current, specs, filled, bool(model_kwargs.get("strict", True)))
 
     def apply() -> None:
         weights = loaded if loaded is not None else reader.load_tensors(name)
