@@ -35,6 +35,7 @@ __all__ = [
     "UnsupportedAnnotationError",
     "WorkerFailed",
     "flatten",
+    "quoted",
     "raise_all",
     "suggest",
 ]
@@ -341,6 +342,14 @@ class CheckpointError(AccelkwError, OSError):
 
     def __str__(self) -> str:
         return f"checkpoint: {self.path} {self.problem}"
+
+
+def quoted(error: BaseException) -> str:
+    """``error`` as another message quotes it: a :class:`CheckpointError` without its
+    ``checkpoint:`` prefix (the message quoting it has its own), anything else as it reads."""
+    if isinstance(error, CheckpointError):
+        return f"{error.path} {error.problem}"
+    return str(error)
 
 
 class CheckpointLockedError(CheckpointError):

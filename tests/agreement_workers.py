@@ -140,14 +140,18 @@ def _sync_part(rank: int, out: Path, found: dict[str, Any]) -> None:
     _as_nobody(acc, model, out)
     _prune(acc, rank, out / "sync", found, "prune")
     acc.project_configuration = ProjectConfiguration()
-    # A load whose last stage (the checked weights) rank 1 cannot apply: both raise, and rank 0
-    # gives back the weights it had already taken.
+    # A load whose last stage (the checked weights) rank 1 cannot apply: both raise; every
+    # other object is loaded on both, and the weights on rank 0 (no copy is kept to go back).
     acc.save_state(out / "weights")
+    saved = (_weights(model), repr(optimizer.state_dict()))
     _step(acc, model, optimizer)
-    before = (_weights(model), repr(optimizer.state_dict()))
+    before = _weights(model)
     acc.unwrap_model(model).armed = rank == 1
     found["load-outcome"] = _outcome(lambda: acc.load_state(out / "weights"))
-    found["load-unchanged"] = before == (_weights(model), repr(optimizer.state_dict()))
+    found["load-optimizer-loaded"] = repr(optimizer.state_dict()) == saved[1]
+    found["load-weights"] = (
+        "saved" if _weights(model) == saved[0] else "before" if _weights(model) == before else "?"
+    )
     acc.unwrap_model(model).armed = False
     acc.end_training()
 
@@ -162,10 +166,10 @@ def _fail_commit(rank: int, folder: Path) -> Any:
 
     real = atomic_folders.commit_folder
 
-    def commit_folder(temporary: Path, final: Path) -> None:
+    def commit_folder(temporary: Path, final: Path, *rest: Any) -> None:
         if final == folder:
             os.chmod(final.parent, 0o555)
-        real(temporary, final)
+        real(temporary, final, *rest)
 
     def undo() -> None:
         atomic_folders.commit_folder = real  # type: ignore[assignment]

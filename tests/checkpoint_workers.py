@@ -103,8 +103,8 @@ def _arm_commit() -> None:
 
     real = atomic_folders.commit_folder
 
-    def commit(temporary: Path, final: Path) -> None:
-        real(temporary, final)
+    def commit(temporary: Path, final: Path, *rest: Any) -> None:
+        real(temporary, final, *rest)
         _kill()
 
     atomic_folders.commit_folder = commit
@@ -363,7 +363,7 @@ def moves(rank: int, run_dir: str) -> dict[str, Any]:
     # wait for a commit that does not come, do not (none waits for another).
     real = atomic_folders.commit_folder
 
-    def full(temporary: Path, final: Path) -> None:
+    def full(temporary: Path, final: Path, *rest: Any) -> None:
         raise OSError(28, "No space left on device")
 
     if rank == 0:

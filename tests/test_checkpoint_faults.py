@@ -375,8 +375,8 @@ def test_every_folder_the_save_creates_is_fsynced_before_the_commit(
             synced.append(str(path))
         real_sync(path)
 
-    def commit_folder(temporary: Path, final: Path) -> None:
-        real_commit(temporary, final)
+    def commit_folder(temporary: Path, final: Path, *rest: Any) -> None:
+        real_commit(temporary, final, *rest)
         committed.append(temporary)
 
     monkeypatch.setattr(atomic_folders, "fsync_dir", fsync_dir)

@@ -15,7 +15,7 @@ from collections.abc import Iterator
 from contextvars import ContextVar
 from typing import TYPE_CHECKING, Any
 
-from accelkw_core.errors import CheckpointError
+from accelkw_core.errors import CheckpointError, quoted
 
 if TYPE_CHECKING:
     from accelkw_core.runtime.state import RunState
@@ -76,7 +76,7 @@ def failures(
     state: RunState, error: BaseException | None, group: Any = None
 ) -> list[tuple[int, str]]:
     """``(rank, message)`` of every process that failed; every process gets the same list."""
-    report = None if error is None else (state.rank, str(error))
+    report = None if error is None else (state.rank, quoted(error))
     return [r for r in exchange(state, report, group) if r is not None]
 
 

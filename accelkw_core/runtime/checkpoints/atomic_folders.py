@@ -37,6 +37,7 @@ __all__ = [
     "entry_of",
     "fsync_dir",
     "fsync_tree",
+    "hashed",
     "keep_others",
     "mapped",
     "new_token",
@@ -44,6 +45,7 @@ __all__ = [
     "owner_of",
     "recover",
     "remove_tree",
+    "save_target",
     "stale_temporaries",
     "temporaries_of",
     "temporary_of",
@@ -72,6 +74,33 @@ def checksum(data: bytes | memoryview | mmap.mmap) -> int:
 def new_token() -> str:
     """A name part unique to one save: two saves never share (or remove) a temporary folder."""
     return f"{os.getpid()}-{secrets.token_hex(4)}"
+
+
+def save_target(folder: Path) -> Path:
+    """``folder`` as a save names it; refused, in one line, where a save cannot replace it.
+
+    A save builds the new folder beside the final one and renames it into place, replacing
+    the old folder whole: the root of the file system has no name to build beside, and the
+    working directory (``"."``) or a folder holding it would be moved out from under the
+    process. A name ending in ``..`` is returned as the absolute folder it stands for.
+    """
+    absolute = Path(os.path.abspath(folder))
+    if not absolute.name:
+        raise CheckpointError(
+            folder,
+            "is the root of the file system: save_state writes a checkpoint as a folder it "
+            "renames into place, and the root cannot be; save into a sub-folder",
+        )
+    cwd = Path(os.getcwd())
+    if absolute == cwd or absolute in cwd.parents:
+        what = "the working directory" if absolute == cwd else f"a folder holding {cwd}"
+        raise CheckpointError(
+            folder,
+            f"is {what}: save_state replaces its folder whole, which would move the working "
+            "directory out from under this process; save into a sub-folder, e.g. "
+            f"{os.path.join(os.fspath(folder), 'checkpoint')!r}",
+        )
+    return absolute if folder.name in ("", "..") else folder
 
 
 def temporary_of(final: Path, token: str) -> Path:
@@ -178,13 +207,41 @@ def mapped(path: Path) -> Iterator[mmap.mmap | bytes]:
             yield view
 
 
+#: How much of a file :func:`hashed` maps at a time.
+_WINDOW = 8 << 20
+
+
+def hashed(path: Path) -> FileEntry:
+    """Size and XXH3-64 hash of the file ``path``, read in windows of its mapping.
+
+    Each window is let go once hashed (``MADV_DONTNEED``: the pages stay in the page cache,
+    out of this process's resident memory), so checking a file of any size costs no more
+    memory than one window: a load checks every file while it holds the state it reads.
+    """
+    import xxhash
+
+    digest = xxhash.xxh3_64()
+    with open(path, "rb") as fh:
+        size = os.fstat(fh.fileno()).st_size
+        if size == 0:
+            return FileEntry(0, int(digest.intdigest()))
+        with mmap.mmap(fh.fileno(), 0, access=mmap.ACCESS_READ) as view:
+            release = getattr(mmap, "MADV_DONTNEED", None)
+            for start in range(0, size, _WINDOW):
+                stop = min(start + _WINDOW, size)
+                with memoryview(view)[start:stop] as window:
+                    digest.update(window)
+                if release is not None:
+                    view.madvise(release, start, stop - start)
+    return FileEntry(size, int(digest.intdigest()))
+
+
 def entry_of(path: Path) -> FileEntry:
     """Size and hash of a written file, fsynced (its data on the disk before the commit)."""
     try:
         with open(path, "rb+") as fh:
             os.fsync(fh.fileno())
-        with mapped(path) as view:
-            return FileEntry(len(view), checksum(view))
+        return hashed(path)
     except OSError as exc:
         raise write_error(path, exc) from exc
 
@@ -303,17 +360,23 @@ def _exchange(a: Path, b: Path) -> bool:
     raise OSError(code, os.strerror(code), str(a), None, str(b))
 
 
-def commit_folder(temporary: Path, final: Path) -> None:
+def commit_folder(temporary: Path, final: Path, owned: Callable[[str], bool] | None = None) -> None:
     """Move the complete ``temporary`` folder to ``final``, replacing a previous ``final``.
 
     The previous folder is removed only once the new one holds the name; a removal that fails
     then leaves it under a temporary name (the next save sweeps it), as the commit is done.
+    ``owned`` (as :func:`keep_others` takes it): a file a user wrote into the previous folder
+    after :func:`keep_others` linked the others (while a background save committed), which the
+    previous checkpoint does not claim, is moved into the new folder before the previous one
+    is removed, so it is never removed with it.
     """
     fsync_tree(temporary)
     if final.exists():
         if _exchange(temporary, final):
             fsync_dir(final.parent)
-            _remove_quietly(temporary)  # now the previous checkpoint
+            # ``temporary`` is now the previous checkpoint.
+            if _bring_late_files(temporary, final, owned):
+                _remove_quietly(temporary)
         else:
             aside = aside_of(final)
             if aside.exists():
@@ -321,10 +384,39 @@ def commit_folder(temporary: Path, final: Path) -> None:
             os.rename(final, aside)
             os.rename(temporary, final)
             fsync_dir(final.parent)
-            _remove_quietly(aside)
+            if _bring_late_files(aside, final, owned):
+                _remove_quietly(aside)
     else:
         os.rename(temporary, final)
     fsync_dir(final.parent)
+
+
+def _bring_late_files(previous: Path, final: Path, owned: Callable[[str], bool] | None) -> bool:
+    """Move into ``final`` each file of ``previous`` that neither its checkpoint owns nor
+    ``final`` holds: written there after the others were kept. The commit is done whatever
+    happens here: ``False`` when a file could not be moved, and ``previous`` (the file in it)
+    is then left where it is rather than removed."""
+    if owned is None:
+        return True
+    moved, whole = False, True
+    for dirpath, dirnames, filenames in os.walk(previous):
+        here = Path(dirpath)
+        base = here.relative_to(previous)
+        dirnames[:] = [d for d in dirnames if not owned((base / d).as_posix())]
+        for name in filenames:
+            rel = (base / name).as_posix()
+            target = final / rel
+            if owned(rel) or os.path.lexists(target):
+                continue
+            try:
+                target.parent.mkdir(parents=True, exist_ok=True)
+                os.rename(here / name, target)
+                moved = True
+            except OSError:
+                whole = False
+    if moved:
+        fsync_tree(final)
+    return whole
 
 
 def _remove_quietly(path: Path) -> None:

@@ -382,6 +382,9 @@ class FolderReader:
         self.rank = state.rank
         self.world_size = state.world_size
         self.is_main_process = state.is_main_process
+        # The files already checked against the manifest: read again (the weights, read
+        # once to check their keys and again to apply them), they are not hashed twice.
+        self._checked: set[str] = set()
 
     def has(self, name: str) -> bool:
         """Whether the checkpoint holds ``name`` (listed in the manifest, or present)."""
@@ -423,6 +426,20 @@ class FolderReader:
             name, lambda path: dict(load_file(path)), "is damaged or not a safetensors file"
         )
 
+    def tensor_specs(self, name: str) -> dict[str, tuple[tuple[int, ...], str]]:
+        """The name, shape and dtype (safetensors' name: ``F32``) of each tensor of the
+        safetensors file ``name``, read from its header: no tensor's data is read."""
+        from safetensors import safe_open
+
+        def read(path: Path) -> dict[str, tuple[tuple[int, ...], str]]:
+            with safe_open(str(path), framework="pt") as fh:
+                return {
+                    key: (tuple(fh.get_slice(key).get_shape()), str(fh.get_slice(key).get_dtype()))
+                    for key in fh.keys()  # noqa: SIM118 (a safe_open handle is not a dict)
+                }
+
+        return self._read_checked(name, read, "is damaged or not a safetensors file")
+
     def _read_checked(self, name: str, read: Callable[[Path], T], damaged: str) -> T:
         """``read(path)`` of ``name`` while a thread checks it against the manifest.
 
@@ -433,7 +450,7 @@ class FolderReader:
         """
         name = _relative(name)
         path = self._inside(name)
-        if self.manifest is None:
+        if self.manifest is None or name in self._checked:
             self.verify(name)
             check = None
         else:
@@ -451,6 +468,7 @@ class FolderReader:
             raise CheckpointError(path, f"{damaged} ({_first_line(exc)})") from exc
         if check is not None:
             check.result()
+            self._checked.add(name)
         return result
 
     def _inside(self, name: str) -> Path:
@@ -472,7 +490,9 @@ class FolderReader:
         name = _relative(name)
         path = self._inside(name)
         if self.manifest is not None:
-            self.manifest.check_file(self.folder, name)
+            if name not in self._checked:
+                self.manifest.check_file(self.folder, name)
+                self._checked.add(name)
         elif not path.is_file():
             raise CheckpointError(path, "is missing")
         return path

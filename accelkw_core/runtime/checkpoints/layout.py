@@ -24,6 +24,8 @@ class Checkpointed:
 
     ``models`` are the prepared (wrapped) models, ``unwrapped`` the same models without the
     handlers' wrappers: their state dicts carry Accelerate's key names (no ``module.``).
+    ``given`` are the models as they were passed to ``prepare`` (not the DDP or
+    ``torch.compile`` wrapper): what save-state and load-state hooks receive, as in Accelerate.
     """
 
     def __init__(
@@ -35,9 +37,11 @@ class Checkpointed:
         custom: Sequence[Any],
         step: int = 0,
         unwrapped: Sequence[Any] | None = None,
+        given: Sequence[Any] | None = None,
     ) -> None:
         self.models = list(models)
         self.unwrapped = list(unwrapped) if unwrapped is not None else list(models)
+        self.given = list(given) if given is not None else list(self.unwrapped)
         self.optimizers = list(optimizers)
         self.schedulers = list(schedulers)
         self.data_loaders = list(data_loaders)

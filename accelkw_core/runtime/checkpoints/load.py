@@ -1,11 +1,14 @@
-"""``load_state``'s protocol: every object changes, or none does.
+"""``load_state``'s protocol: everything checked and agreed before anything changes.
 
-Every process reads and checks everything it will apply (sizes and XXH3 hashes against the
-manifest; keys and shapes against the objects) before it changes anything, and the processes
-agree. Then each object's state is applied in turn, after keeping what it needs to go back (its
-state dict, the random states); if any object refuses its state, every object already changed is
-restored and one :class:`~accelkw_core.errors.CheckpointError` names the object and the reason.
-The processes agree on the apply too: when one fails, the others restore theirs and raise.
+Every process checks everything it will apply (sizes and XXH3 hashes against the manifest; the
+weights' keys and shapes against the models, from the files' headers; the optimizers' states
+against their parameter groups) before it changes anything, and the processes agree. Then the
+objects other than the weights are applied in turn, after keeping what each needs to go back
+(a copy of a small state; an optimizer's current state, which its load replaces); if any object
+refuses its state, on any process, every object already changed is restored and one
+:class:`~accelkw_core.errors.CheckpointError` names the object and the reason. The weights come
+last, read and copied into each model in turn with no copy kept, so a load holds the memory
+Accelerate's holds: no copy of a model on the host or its device.
 """
 
 from __future__ import annotations
@@ -13,7 +16,6 @@ from __future__ import annotations
 import contextlib
 import copy
 import dataclasses
-import functools
 import re
 import warnings
 from collections.abc import Callable, Sequence
@@ -30,7 +32,7 @@ from accelkw_core.errors import (
     CheckpointWarning,
 )
 from accelkw_core.runtime.checkpoints.agreement import agree, failures
-from accelkw_core.runtime.checkpoints.aliases import with_aliases
+from accelkw_core.runtime.checkpoints.aliases import alias_sources, with_aliases
 from accelkw_core.runtime.checkpoints.folder_io import FolderReader
 from accelkw_core.runtime.checkpoints.layout import MODEL, SAFE_MODEL, Checkpointed, numbered
 from accelkw_core.runtime.checkpoints.lock import WriterLock
@@ -60,16 +62,19 @@ LoadStateHook = Callable[[list[Any], str], None]
 
 @dataclass
 class _Step:
-    """One object's part of the apply: what it is, how to apply, how to keep a way back."""
+    """One object's part of the apply: what it is, how to apply, how to keep a way back.
+
+    ``keep`` is ``None`` for the weights (:attr:`weights`), which are applied last, once every
+    other object is applied and the processes agreed, with no copy kept: the load then holds
+    no more memory than Accelerate's (no copy of a model on the host or its device).
+    """
 
     label: str
     apply: ApplyLoaded
     keep: Callable[[], Restore] | None
-    #: Weights checked against the model's keys and shapes: copied into it in place, which
-    #: cannot refuse them, so they are applied last, once the processes agreed on the rest.
-    #: A copy of the model's own is still kept (in CPU memory): another process may fail in
-    #: that last stage, and then this one goes back too.
-    checked: bool = False
+    weights: bool = False
+    #: Where it goes among the others: 0 a small state, 1 an optimizer's, 2 an owner's.
+    order: int = 0
 
 
 def _bind(fn: Callable[..., Any], *args: Any, **kwargs: Any) -> ApplyLoaded:
@@ -89,55 +94,11 @@ def _kept_copy(obj: Any) -> Callable[[], Restore]:
     return keep
 
 
-def _kept_weights(
-    load: Callable[[dict[str, Any]], Any], read: Callable[[], Any]
-) -> Callable[[], Restore]:
-    """Keep a copy of a model's tensors: its ``load_state_dict`` copies into them in place."""
-
-    def keep() -> Restore:
-        saved = {k: v.detach().clone() for k, v in read().items()}
-        return _bind(load, saved)
-
-    return keep
-
-
-def _kept_on_cpu(model: Any) -> Callable[[], Restore]:
-    """Keep a CPU copy of ``model``'s weights and buffers (no second copy on its device)."""
-
-    def keep() -> Restore:
-        saved = {k: v.detach().to("cpu", copy=True) for k, v in model.state_dict().items()}
-        return _bind(model.load_state_dict, saved)
-
-    return keep
-
-
-def _kept_early(keep: Callable[[], Restore]) -> Callable[[], Restore]:
-    """Run ``keep`` on a thread from now on; asking for it waits for its copy.
-
-    A model's weights are copied while the rest of the checkpoint is read (the optimizer's
-    state, the larger part): nothing changes them before the apply asks for the copy, and the
-    copy then costs the load no time of its own. What ``keep`` raised is raised when asked.
-    """
-    from concurrent.futures import ThreadPoolExecutor
-
-    pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="accelkw-keep")
-    try:
-        future = pool.submit(keep)
-    finally:
-        pool.shutdown(wait=False)
-    return future.result
-
-
-def _on_cpu(tensors: dict[str, Any]) -> bool:
-    """Whether every one of a model's ``tensors`` is in CPU memory (copied from a thread
-    safely: no device stream is involved)."""
-    return all(t.device.type == "cpu" for t in tensors.values())
-
-
 def _kept_optimizer(optimizer: Any) -> Callable[[], Restore]:
     def keep() -> Restore:
         # No copy: an optimizer's load_state_dict builds a new state and never writes into the
-        # tensors of the one it replaces, so these stay as they are until restored.
+        # tensors of the one it replaces, so these stay as they are until restored. They are
+        # let go once the processes agreed on the stage, before the weights are read.
         return _bind(optimizer.load_state_dict, optimizer.state_dict())
 
     return keep
@@ -151,52 +112,78 @@ def _kept_stateful(obj: Any) -> Callable[[], Restore] | None:
     return None
 
 
+def _fit_error(
+    path: Path, model: Any, missing: list[str], unexpected: list[str]
+) -> CheckpointError:
+    parts = []
+    if missing:
+        parts.append("lacks " + ", ".join(missing[:3]) + (" ..." if len(missing) > 3 else ""))
+    if unexpected:
+        parts.append(
+            "has unexpected " + ", ".join(unexpected[:3]) + (" ..." if len(unexpected) > 3 else "")
+        )
+    return CheckpointError(
+        path, f"does not fit the model ({type(model).__name__}): " + "; ".join(parts)
+    )
+
+
+def _kind(dtype: str) -> str:
+    """What kind of number a dtype holds, from torch's name (``torch.float16``) or
+    safetensors' (``F16``): ``load_state_dict`` converts within a kind, not across."""
+    name = dtype.removeprefix("torch.").lower()
+    if name in ("bool",):
+        return "bool"
+    if name.startswith(("c", "complex")):
+        return "complex"
+    if name.startswith(("f", "bf", "half", "double")):
+        return "float"
+    return "integer"
+
+
 def _check_weights(
-    path: Path, model: Any, current: dict[str, Any], weights: dict[str, Any], strict: bool
+    path: Path,
+    model: Any,
+    current: dict[str, Any],
+    specs: dict[str, tuple[tuple[int, ...], str]],
+    filled: dict[str, str],
+    strict: bool,
 ) -> None:
-    """Refuse ``weights`` that do not fit ``model``, whose own are ``current``."""
+    """Refuse weights of these ``specs`` (shape and dtype, by name) that do not fit ``model``,
+    whose own are ``current``; ``filled``: the names the file lacks that take another name's
+    values. A dtype of another kind (integers into floats) is refused; one of the same kind
+    (float16 into float32) is converted by ``load_state_dict``, as in Accelerate."""
     if strict:
-        missing = sorted(set(current) - set(weights))
-        unexpected = sorted(set(weights) - set(current))
+        missing = sorted(set(current) - set(specs) - set(filled))
+        unexpected = sorted(set(specs) - set(current))
         if missing or unexpected:
-            parts = []
-            if missing:
-                parts.append(
-                    "lacks " + ", ".join(missing[:3]) + (" ..." if len(missing) > 3 else "")
-                )
-            if unexpected:
-                parts.append(
-                    "has unexpected "
-                    + ", ".join(unexpected[:3])
-                    + (" ..." if len(unexpected) > 3 else "")
-                )
-            raise CheckpointError(
-                path, f"does not fit the model ({type(model).__name__}): " + "; ".join(parts)
-            )
-    for key, value in weights.items():
+            raise _fit_error(path, model, missing, unexpected)
+    for key, (shape, dtype) in specs.items():
         have = current.get(key)
-        shape = getattr(value, "shape", None)
-        if have is not None and shape is not None and tuple(have.shape) != tuple(shape):
+        if have is None:
+            continue
+        if tuple(have.shape) != tuple(shape):
             raise CheckpointError(
                 path,
                 f"does not fit the model: {key} has shape {tuple(shape)}, "
                 f"the model's is {tuple(have.shape)}",
             )
+        if _kind(dtype) != _kind(str(have.dtype)):
+            raise CheckpointError(
+                path,
+                f"does not fit the model: {key} holds {dtype} ({_kind(dtype)}), "
+                f"the model's is {have.dtype} ({_kind(str(have.dtype))})",
+            )
 
 
-def _without_wrapper_prefix(
-    weights: dict[str, Any], model: Any, name: str, notes: list[str]
-) -> dict[str, Any]:
-    """Accept the ``module.``-prefixed weights accelkw 0.2 saved on several processes."""
-    if not weights or not all(k.startswith(MODULE_PREFIX) for k in weights):
-        return weights
-    if any(k.startswith(MODULE_PREFIX) for k in model.state_dict()):
-        return weights
-    notes.append(
-        f"{name} carries the DistributedDataParallel wrapper's key names (module.*), as "
-        "accelkw 0.2 saved them: loaded without the prefix; a new save_state writes "
-        "Accelerate's names"
-    )
+def _prefixed(keys: Any, model_keys: Any) -> bool:
+    """Whether ``keys`` carry the ``module.`` prefix accelkw 0.2 saved, which the model's lack."""
+    keys = list(keys)
+    if not keys or not all(k.startswith(MODULE_PREFIX) for k in keys):
+        return False
+    return not any(k.startswith(MODULE_PREFIX) for k in model_keys)
+
+
+def _unprefixed(weights: dict[str, Any]) -> dict[str, Any]:
     return {k[len(MODULE_PREFIX) :]: v for k, v in weights.items()}
 
 
@@ -215,13 +202,20 @@ def _check_optimizer(path: Path, optimizer: Any, saved: Any) -> None:
         )
 
 
-def _read_model(reader: FolderReader, index: int) -> tuple[str, dict[str, Any]]:
+def _model_file(reader: FolderReader, index: int) -> str:
     safe, plain = numbered(SAFE_MODEL, index), numbered(MODEL, index)
     if reader.has(safe):
-        return safe, reader.load_tensors(safe)
+        return safe
     if reader.has(plain):
-        return plain, dict(reader.load(plain))
+        return plain
     raise CheckpointError(reader.folder / safe, f"is missing (and so is {plain})")
+
+
+def _read_model(reader: FolderReader, index: int) -> tuple[str, dict[str, Any]]:
+    name = _model_file(reader, index)
+    if name.endswith(".safetensors"):
+        return name, reader.load_tensors(name)
+    return name, dict(reader.load(name))
 
 
 class _Read:
@@ -235,6 +229,54 @@ class _Read:
         self.absent: list[Any] = []
 
 
+def _checked_model(
+    reader: FolderReader,
+    index: int,
+    unwrapped: Any,
+    model_kwargs: dict[str, Any],
+    notes: list[str],
+) -> ApplyLoaded:
+    """Check model ``index``'s file against ``unwrapped`` (keys, shapes, dtypes: a safetensors
+    file's header, a torch file mapped, not read); returns what reads and copies its weights in."""
+    name = _model_file(reader, index)
+    path = reader.folder / name
+    current = unwrapped.state_dict()
+    safe = name.endswith(".safetensors")
+    loaded: dict[str, Any] | None = None
+    if safe:
+        specs = reader.tensor_specs(name)
+    else:
+        # Mapped: its tensors' data are read only when load_state_dict copies them. A file in
+        # torch's legacy (pre-zip) format cannot be mapped, and is read whole.
+        try:
+            loaded = dict(reader.load(name, mmap=True))
+        except CheckpointError:
+            loaded = dict(reader.load(name))
+        specs = {
+            k: (tuple(v.shape), str(v.dtype)) for k, v in loaded.items() if hasattr(v, "shape")
+        }
+    prefixed = _prefixed(specs, current)
+    if prefixed:
+        notes.append(
+            f"{name} carries the DistributedDataParallel wrapper's key names (module.*), as "
+            "accelkw 0.2 saved them: loaded without the prefix; a new save_state writes "
+            "Accelerate's names"
+        )
+        specs = _unprefixed(specs)
+    # A tied weight's second name is not in a safetensors file (either framework's), nor a
+    # view of part of a buffer the file holds whole: they take their values from it.
+    filled = alias_sources(current, specs.keys())
+    _check_weights(path, unwrapped, current, specs, filled, bool(model_kwargs.get("strict", True)))
+
+    def apply() -> None:
+        weights = loaded if loaded is not None else reader.load_tensors(name)
+        if prefixed:
+            weights = _unprefixed(weights)
+        unwrapped.load_state_dict(with_aliases(weights, current), **model_kwargs)
+
+    return apply
+
+
 def _read_models(
     reader: FolderReader,
     state: RunState,
@@ -245,58 +287,55 @@ def _read_models(
 ) -> None:
     store = state.values(MODEL_CHECKPOINT)
     if store:
-        models, optimizers = what.models, what.optimizers
-
-        def keep_store() -> Restore:
-            undo = [_kept_weights(m.load_state_dict, m.state_dict)() for m in models]
-            undo += [_kept_optimizer(o)() for o in optimizers]
-
-            def restore() -> None:
-                for one in undo:
-                    one()
-
-            return restore
-
+        # A contribution's own read checks what it reads; its apply is the weights' stage.
         read.steps.append(
             _Step(
                 "the models and optimizers",
-                store[0].read_checkpoint(reader, models, optimizers),
-                keep_store,
+                store[0].read_checkpoint(reader, what.models, what.optimizers),
+                None,
+                weights=True,
             )
         )
         return
     contributed = state.values(MODEL_STATE)
-    strict = bool(model_kwargs.get("strict", True))
+    # The weights' files are hashed on a thread while the optimizers' states are read (each
+    # hashed as it is read), then their headers are checked: both streams at once.
+    hashing = None if contributed else _verify_early(reader, len(what.models))
+    try:
+        _read_optimizers(reader, what, load_kwargs, read)
+    finally:
+        if hashing is not None:
+            hashing()
     for i, (model, unwrapped) in enumerate(zip(what.models, what.unwrapped, strict=True)):
-        name, weights = _read_model(reader, i)
         label = f"model {i} ({type(unwrapped).__name__})"
         if contributed:
-            owner = contributed[0]
-            read.steps.append(
-                _Step(
-                    label,
-                    _bind(owner.load_state_dict, model, weights),
-                    _kept_weights(
-                        functools.partial(owner.load_state_dict, model),
-                        functools.partial(owner.state_dict, model),
-                    ),
-                )
-            )
-            continue
-        weights = _without_wrapper_prefix(weights, unwrapped, name, read.notes)
-        # A tied weight's second name is not in a safetensors file (either framework's).
-        current = unwrapped.state_dict()
-        weights = with_aliases(weights, current)
-        _check_weights(reader.folder / name, unwrapped, current, weights, strict)
-        keep = _kept_on_cpu(unwrapped)
-        read.steps.append(
-            _Step(
-                label,
-                _bind(unwrapped.load_state_dict, weights, **model_kwargs),
-                _kept_early(keep) if _on_cpu(current) else keep,
-                True,
-            )
-        )
+            _, weights = _read_model(reader, i)
+            apply = _bind(contributed[0].load_state_dict, model, weights)
+        else:
+            apply = _checked_model(reader, i, unwrapped, model_kwargs, read.notes)
+        read.steps.append(_Step(label, apply, None, weights=True))
+
+
+def _verify_early(reader: FolderReader, models: int) -> Callable[[], None]:
+    """Check the weights' files on a thread; what this returns waits for it (and raises what
+    it raised)."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    def verify() -> None:
+        for i in range(models):
+            reader.verify(_model_file(reader, i))
+
+    pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="accelkw-check")
+    try:
+        future = pool.submit(verify)
+    finally:
+        pool.shutdown(wait=False)
+    return future.result
+
+
+def _read_optimizers(
+    reader: FolderReader, what: Checkpointed, load_kwargs: dict[str, Any], read: _Read
+) -> None:
     for i, optimizer in enumerate(what.optimizers):
         name = numbered("optimizer.bin", i)
         saved = reader.load(name, **load_kwargs)
@@ -306,6 +345,7 @@ def _read_models(
                 f"optimizer {i}",
                 _bind(optimizer.load_state_dict, saved),
                 _kept_optimizer(optimizer),
+                order=1,
             )
         )
 
@@ -340,7 +380,6 @@ def _read_all(
         )
     saved_handlers = set(reader.manifest.handlers) if reader.manifest is not None else None
     keyed = state.keyed(CHECKPOINT)
-    owners: list[_Step] = []
     for key, obj in keyed.items():
         found: ApplyLoaded | None = None
         if isinstance(obj, CheckpointOwner):
@@ -354,11 +393,10 @@ def _read_all(
             )
             read.absent.append(obj)
             continue
-        step = _Step(f"handler {key!r}", found, _kept_stateful(obj))
+        keep = _kept_stateful(obj)
         # An owner without a state dict cannot be restored by the runtime: it is applied
         # after every object that can, so that only it is left to undo its own part.
-        (owners if step.keep is None else read.steps).append(step)
-    read.steps += owners
+        read.steps.append(_Step(f"handler {key!r}", found, keep, order=0 if keep else 2))
     if saved_handlers is not None:
         shipped = reader.manifest.distributions if reader.manifest is not None else {}
         for key in sorted(saved_handlers - set(keyed)):
@@ -535,42 +573,44 @@ def _recover_if_missing(state: RunState, folder: Path) -> BaseException | None:
 
 
 def _run_hooks(
-    hooks: Sequence[LoadStateHook], folder: Path, manifest: Any, what: Checkpointed
-) -> tuple[Checkpointed, list[Restore]]:
-    """Check every file, keep the models' weights, call the load-state pre-hooks.
+    hooks: Sequence[LoadStateHook], reader: FolderReader, manifest: Any, what: Checkpointed
+) -> Checkpointed:
+    """Check every file, then call the load-state pre-hooks with the models as given to
+    ``prepare``; returns what is left for the core to load (the models no hook popped).
 
-    Returns what is left for the core to load (the models no hook popped) and the ways back of
-    every model's weights (a hook loads into models before the rest is checked).
+    No copy of the models is kept: a hook that raises leaves what it had loaded into them.
     """
     if manifest is not None:
         # A hook reads the files it saved itself: each is checked before any hook runs.
         for name in sorted(manifest.files):
-            manifest.check_file(folder, name)
-    kept = [_kept_weights(m.load_state_dict, m.state_dict)() for m in what.unwrapped]
-    models = list(what.models)
+            reader.verify(name)
+    models = list(what.given)
     for hook in hooks:
         try:
-            hook(models, str(folder))
+            hook(models, str(reader.folder))
         except Exception as exc:
             name = getattr(hook, "__qualname__", type(hook).__name__)
-            error = CheckpointError(
+            raise CheckpointError(
                 f"load_state pre-hook {name}",
-                f"failed ({_first_line(exc)})",
-            )
-            _restore(kept, None, error)
-            raise error from exc
+                f"failed ({_first_line(exc)}); nothing else was loaded (what the hook itself "
+                "had loaded into a model is not undone)",
+            ) from exc
     left = {id(m) for m in models}
-    pairs = [(m, u) for m, u in zip(what.models, what.unwrapped, strict=True) if id(m) in left]
-    remaining = Checkpointed(
-        [m for m, _ in pairs],
+    kept = [
+        (m, u, g)
+        for m, u, g in zip(what.models, what.unwrapped, what.given, strict=True)
+        if id(g) in left
+    ]
+    return Checkpointed(
+        [m for m, _, _ in kept],
         what.optimizers,
         what.schedulers,
         what.data_loaders,
         what.custom,
         what.step,
-        unwrapped=[u for _, u in pairs],
+        unwrapped=[u for _, u, _ in kept],
+        given=[g for _, _, g in kept],
     )
-    return remaining, kept
 
 
 def _agree_or_restore(
@@ -600,6 +640,27 @@ def _agree_or_restore(
     raise wrapped from error
 
 
+def _apply_weights(steps: list[_Step], folder: Path) -> CheckpointError | None:
+    """Copy the checked weights in, the last stage: no way back is kept (it would cost a copy
+    of every model); a failure says which were applied."""
+    done: list[str] = []
+    for step in steps:
+        try:
+            step.apply()
+        except Exception as exc:
+            applied = ", ".join(done) if done else "none"
+            error = CheckpointError(
+                folder,
+                f"could not be loaded into {step.label} ({_first_line(exc)}); every other "
+                f"object was loaded, and the weights of {applied} before it: load a "
+                "checkpoint again before training on",
+            )
+            error.__cause__ = exc
+            return error
+        done.append(step.label)
+    return None
+
+
 def load_checkpoint(
     state: RunState,
     folder: Path,
@@ -611,14 +672,21 @@ def load_checkpoint(
 ) -> int | None:
     """Check the checkpoint in ``folder`` whole, then load it into the objects of ``what``.
 
-    ``hooks`` (``register_load_state_pre_hook``'s) are called with the prepared models and the
-    folder once every file of the checkpoint is checked; the models they pop are not loaded
-    here, and what they loaded is restored with the rest when the load fails.
+    ``hooks`` (``register_load_state_pre_hook``'s) are called with the models as given to
+    ``prepare`` and the folder once every file of the checkpoint is checked; the models they
+    pop are not loaded here.
+
+    Every process checks everything it will apply (files, keys, shapes, states) and the
+    processes agree before anything is changed. Then the objects other than the weights are
+    applied, each with a way back (a copy of a small state; an optimizer's state, which a load
+    replaces and never overwrites), and the processes agree again: an object that refuses its
+    state on any process has every object restored, on every process. The weights come last,
+    copied into the models with no copy kept: checked already, only a model's own
+    ``load_state_dict`` refusing them, or the disk failing under the read, can fail them, and
+    then the error says what was loaded.
 
     Returns the saved ``step``, or ``None`` when this process's random states were not in an
-    Accelerate checkpoint (a warning says so). Raises :class:`CheckpointError`, having changed
-    nothing, when any process finds a file missing, short or damaged or not fitting its object,
-    or when any object refuses its state.
+    Accelerate checkpoint (a warning says so). Raises :class:`CheckpointError`.
     """
     error = _recover_if_missing(state, folder)
     agree(state, error)
@@ -648,31 +716,32 @@ def load_checkpoint(
             CheckpointWarning,
             stacklevel=3,
         )
-    kept: list[Restore] = []
-    try:
-        if hooks:
-            what, kept = _run_hooks(hooks, folder, manifest, what)
-    except BaseException as exc:
-        error = exc
+    reader = FolderReader(folder, manifest, state)
+    if hooks:
+        try:
+            what = _run_hooks(hooks, reader, manifest, what)
+        except BaseException as exc:
+            error = exc
     # Agreed whether this process has hooks or not: a hook registered on some processes only
     # (the main one) never changes the sequence of collectives.
-    _agree_or_restore(state, error, kept, folder)
+    agree(state, error)
     read = _Read()
     try:
-        reader = FolderReader(folder, manifest, state)
         read = _read_all(reader, state, what, dict(load_kwargs or {}), dict(model_kwargs or {}))
     except BaseException as exc:
         error = exc
-    _agree_or_restore(state, error, kept, folder)
-    undo: list[Restore] = list(kept)
-    for stage in ([s for s in read.steps if not s.checked], [s for s in read.steps if s.checked]):
-        done, refused, error = _apply(stage, folder)
-        undo += done
-        if error is not None:
-            _restore(undo, refused, error)
-        # Every process gets here, whatever happened: each stage is agreed like the reads, and
-        # another process's failure makes this one go back too (its own is restored above).
-        _agree_or_restore(state, error, [] if error is not None else undo, folder)
+    agree(state, error)
+    # Small states first, then the optimizers' (restorable), then what only restores itself.
+    stage = sorted((s for s in read.steps if not s.weights), key=lambda s: s.order)
+    undo, refused, error = _apply(stage, folder)
+    if error is not None:
+        _restore(undo, refused, error)
+    # Every process gets here, whatever happened: another process's failure makes this one go
+    # back too (its own is restored above).
+    _agree_or_restore(state, error, [] if error is not None else undo, folder)
+    del undo, refused  # the optimizers' replaced states are let go before the weights are read
+    error = _apply_weights([s for s in read.steps if s.weights], folder)
+    agree(state, error)
     for note in read.notes:
         warnings.warn(f"load_state: {note}", CheckpointWarning, stacklevel=3)
     if read.absent:  # the same on every process: what the checkpoint lacks

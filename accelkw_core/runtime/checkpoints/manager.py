@@ -31,7 +31,7 @@ from accelkw_core.runtime.checkpoints.agreement import (
     exchange,
     prepare_presence_check,
 )
-from accelkw_core.runtime.checkpoints.atomic_folders import remove_tree
+from accelkw_core.runtime.checkpoints.atomic_folders import remove_tree, save_target
 from accelkw_core.runtime.checkpoints.background_save import BackgroundSave
 from accelkw_core.runtime.checkpoints.layout import Checkpointed
 from accelkw_core.runtime.checkpoints.load import LoadStateHook, load_checkpoint
@@ -256,7 +256,7 @@ class Checkpoints:
         if config.automatic_checkpoint_naming:
             folder = self._next_checkpoint()
         else:
-            folder = _directory(output_dir, "output_dir")
+            folder = save_target(_directory(output_dir, "output_dir"))
         if self._sharded():
             notes = self._save_sharded(folder, safe_serialization)
         else:
@@ -287,8 +287,11 @@ class Checkpoints:
         if self._save_hooks:
             # As in Accelerate, the hooks run on every process that saves; only the committing
             # process's temporary folder is committed, so here they get the folder itself.
-            weights = [self.get_state_dict(model) for model in what.models]
-            run_save_hooks(list(self._save_hooks.values()), what.models, weights, folder)
+            weights = [
+                model_state_dict(self.state, model, unwrapped)
+                for model, unwrapped in zip(what.models, what.unwrapped, strict=True)
+            ]
+            run_save_hooks(list(self._save_hooks.values()), what.given, weights, folder)
         write_own_part(self.state, folder, what, save)
         return []
 
@@ -307,7 +310,10 @@ class Checkpoints:
         weights = (
             []
             if self.state.values(MODEL_CHECKPOINT)
-            else [self.get_state_dict(model) for model in what.models]
+            else [
+                model_state_dict(self.state, model, unwrapped)
+                for model, unwrapped in zip(what.models, what.unwrapped, strict=True)
+            ]
         )
         logger.info("saving the run's state to %s", folder)
         begin = functools.partial(
@@ -492,5 +498,10 @@ class Checkpoints:
             prepared.data_loaders,
             prepared.custom,
             self.gradient_state.step,
-            unwrapped=[prepared.unwrap(wrapped) for wrapped, _ in prepared.models],
+            # Without torch.compile's wrapper too: its state dict's names carry `_orig_mod.`,
+            # which Accelerate's checkpoints (of the models as given to prepare) do not.
+            unwrapped=[
+                prepared.unwrap(wrapped, keep_torch_compile=False) for wrapped, _ in prepared.models
+            ],
+            given=[original for _, original in prepared.models],
         )

@@ -23,7 +23,7 @@ from accelkw_core.errors import CheckpointError
 from accelkw_core.runtime.checkpoints.atomic_folders import (
     FileEntry,
     checksum,
-    mapped,
+    hashed,
     write_durably,
 )
 
@@ -93,12 +93,16 @@ class Manifest:
         self._check_size(folder, name, size, entry)
 
     def check_file(self, folder: Path, name: str) -> None:
-        """:meth:`check` the file ``folder / name`` on disk (its size first, mapped, not copied)."""
+        """:meth:`check` the file ``folder / name`` on disk (its size first, read in windows)."""
         self.check_size(folder, name)
         path = folder / name
         try:
-            with mapped(path) as view:
-                self.check(folder, name, view)
+            found, saved = hashed(path), self.entry(folder, name)
+            self._check_size(folder, name, found.size, saved)
+            if found.xxh3 != saved.xxh3:
+                raise CheckpointError(
+                    folder / name, "is corrupted: its hash differs from the manifest's"
+                )
         except CheckpointError:
             raise  # an OSError too: it already says what is wrong
         except OSError as exc:

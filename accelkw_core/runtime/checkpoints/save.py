@@ -309,9 +309,9 @@ def begin_save(
     collectives of writes they go on with in the background.
 
     ``hooks`` (``register_save_state_pre_hook``'s) are called first, on every process, with the
-    prepared models, a list of their ``weights`` (a hook pops those it saves its own way) and
-    the temporary folder: what they write there is part of the checkpoint, listed in its
-    manifest and committed with the rest.
+    models as they were given to ``prepare``, a list of their ``weights`` (a hook pops those it
+    saves its own way) and the temporary folder: what they write there is part of the
+    checkpoint, listed in its manifest and committed with the rest.
 
     ``collective=False`` (replicated state): called on a committing process only, which saves
     on its own, agreeing with no one; ``save`` is the save's identity, recorded in the manifest
@@ -360,7 +360,7 @@ def _begin_save(
         handlers: list[str] = []
         try:
             weights = list(weights)
-            run_save_hooks(hooks, list(what.models), weights, temporary)
+            run_save_hooks(hooks, list(what.given), weights, temporary)
             handlers = _write_states(
                 writer, state, what, weights, safe=safe_serialization, shared=committing
             )
@@ -483,9 +483,8 @@ class PendingSave:
                 try:
                     # A user's own files in the folder (not the previous checkpoint's) are
                     # carried into the new one: a save replaces only what a save wrote.
-                    atomic_folders.keep_others(
-                        self._target, temporary, _owned(self._target, entries)
-                    )
+                    owned = _owned(self._target, entries)
+                    atomic_folders.keep_others(self._target, temporary, owned)
                     Manifest(
                         world_size=state.world_size,
                         step=self._step,
@@ -494,7 +493,7 @@ class PendingSave:
                         files=entries,
                         save=self._save,
                     ).write(temporary)
-                    atomic_folders.commit_folder(temporary, self._target)
+                    atomic_folders.commit_folder(temporary, self._target, owned)
                     if self._save is not None:
                         parts.adopt(self._target, self._save)
                 except BaseException as exc:

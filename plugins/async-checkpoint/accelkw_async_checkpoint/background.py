@@ -140,5 +140,7 @@ class BackgroundSaves:
 
 
 def _one_line(exc: BaseException) -> str:
-    text = str(exc).strip()
+    # A CheckpointError's own "checkpoint:" prefix is left out: the message quoting it has one.
+    quoted = f"{exc.path} {exc.problem}" if isinstance(exc, CheckpointError) else str(exc)
+    text = quoted.strip()
     return text.splitlines()[0] if text else type(exc).__name__

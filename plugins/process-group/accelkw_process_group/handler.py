@@ -248,10 +248,50 @@ def _show(value: object) -> str:
     return repr(value)
 
 
+#: Per rendezvous (its URL, address, port, rank and world size): the key-value store met
+#: there, kept for the process's life, and how many groups this process started on it.
+_RENDEZVOUS: dict[tuple[Any, ...], tuple[Any, int]] = {}
+
+
+def _store_for(group: GroupPlan, state: AcceleratorState) -> Any:
+    """The store a new group rendezvous through: the process's one store for that rendezvous,
+    under a prefix of its own for each group this process starts on it.
+
+    torch names the keys of each new default group alike, so a group started after an earlier
+    one was destroyed (a second ``Accelerator`` after a handler's ``apply`` failed and undid
+    the first) would read the first one's addresses: gloo then fails to connect, or waits.
+    Keeping the store (and with it rank 0's server) for the process's life means every group
+    meets on the same live server; a prefix per group means no key is ever read stale. The
+    processes start their groups in the same order, so the n-th of each shares a prefix.
+    """
+    from torch.distributed.constants import default_pg_timeout
+    from torch.distributed.distributed_c10d import PrefixStore
+    from torch.distributed.rendezvous import rendezvous
+
+    url = group.init_method or "env://"
+    key = (
+        url,
+        os.environ.get("MASTER_ADDR"),
+        os.environ.get("MASTER_PORT"),
+        state.rank,
+        state.world_size,
+    )
+    found = _RENDEZVOUS.get(key)
+    if found is None:
+        timeout = group.timeout or default_pg_timeout
+        store, _, _ = next(rendezvous(url, state.rank, state.world_size, timeout=timeout))
+        found = (store, 0)
+    store, started = found
+    _RENDEZVOUS[key] = (store, started + 1)
+    return PrefixStore(f"accelkw_process_group/{started}", store)
+
+
 def _init_group(group: GroupPlan, state: AcceleratorState) -> None:
     import torch.distributed as dist
 
-    dist.init_process_group(**group.init_kwargs(state.rank, state.world_size))
+    kwargs = group.init_kwargs(state.rank, state.world_size)
+    kwargs.pop("init_method", None)  # met through the store instead
+    dist.init_process_group(store=_store_for(group, state), **kwargs)
     created = dist.group.WORLD
     settle_workers_at_exit()
 

@@ -3,14 +3,16 @@
 from __future__ import annotations
 
 import time
+from dataclasses import dataclass
 from datetime import timedelta
-from typing import Any
+from typing import Any, ClassVar
 
 import torch
 import torch.distributed as dist
 from accelkw_process_group import InitProcessGroupKwargs
 
 from accelkw_core import RunState
+from accelkw_core.plugin import KwargsHandler, Plan, handler_field
 from accelkw_core.testing import apply_handler
 
 
@@ -63,3 +65,49 @@ def default_then_existing(rank: int) -> dict[str, Any]:
         "alive_after_second_teardown": alive_after_second,
         "initialised_after_teardown": dist.is_initialized(),
     }
+
+
+@dataclass
+class FailsAfterGroup(KwargsHandler):
+    """A handler applied after the process group that fails when ``armed``: composition then
+    undoes what ran before it, destroying the group."""
+
+    name: ClassVar[str] = "fails_after_group"
+    after: ClassVar[tuple[str, ...]] = ("process_group",)
+    armed: bool = handler_field(False, doc="fail in apply")
+
+    def plan(self, state: Any) -> Plan:
+        return Plan(self.name).run(self._apply, "fails when armed")
+
+    def _apply(self, state: Any) -> None:
+        if self.armed:
+            if state.rank == 0:
+                # Rank 0 undoes its group last: rank 1 is already starting the next one, and
+                # rank 0's first store is still there to be met (what made retries flaky).
+                time.sleep(2.0)
+            raise RuntimeError("this handler's apply failed")
+
+
+def retries_after_failed_apply(rank: int, tries: int) -> list[dict[str, Any]]:
+    """``tries`` times: an Accelerator whose composition fails after the group was made (and
+    undone), then one that starts, sums across the two processes, and ends."""
+    from accelkw_core import Accelerator, HandlerApplyError
+    from accelkw_core.testing import isolated_registry, plugin_of
+
+    registry = isolated_registry([plugin_of(InitProcessGroupKwargs, FailsAfterGroup)])
+    out = []
+    for _ in range(tries):
+        found: dict[str, Any] = {}
+        try:
+            Accelerator(cpu=True, registry=registry, kwargs_handlers=[FailsAfterGroup(armed=True)])
+        except HandlerApplyError as exc:
+            found["failed"] = str(exc).splitlines()[0]
+        found["group-after-failure"] = dist.is_initialized()
+        acc = Accelerator(cpu=True, registry=registry)
+        value = torch.tensor([float(rank + 1)])
+        dist.all_reduce(value)
+        found["sum"] = float(value.item())
+        acc.end_training()
+        found["group-after-end"] = dist.is_initialized()
+        out.append(found)
+    return out

@@ -51,3 +51,16 @@ def test_default_backend_falls_back_to_gloo_and_an_existing_group_is_reused() ->
         assert result["second_teardowns"] == 0
         assert result["alive_after_second_teardown"] is True
         assert result["initialised_after_teardown"] is False
+
+
+def test_a_second_accelerator_after_a_failed_apply_starts_its_group_every_time() -> None:
+    # Each try: the group made, then undone when a later handler fails, then a new group on
+    # the same rendezvous (MASTER_ADDR:MASTER_PORT). Three tries in one job.
+    results = run_workers(workers.retries_after_failed_apply, 2, args=(3,), timeout=120)
+    for tries in results:
+        assert len(tries) == 3
+        for found in tries:
+            assert "fails_after_group" in found["failed"]
+            assert found["group-after-failure"] is False
+            assert found["sum"] == 3.0
+            assert found["group-after-end"] is False
