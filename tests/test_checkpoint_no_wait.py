@@ -130,11 +130,11 @@ RAISES = """
     raiser = int(sys.argv[1])
     commit = atomic_folders.commit_folder
 
-    def slow_commit(temporary, final):
+    def slow_commit(temporary, final, *rest):
         (final.parent / "in-flight").write_text("yes")
         import time
         time.sleep(2)  # the background save is in flight when the rank raises
-        commit(temporary, final)
+        commit(temporary, final, *rest)
 
     atomic_folders.commit_folder = slow_commit
 

@@ -19,6 +19,20 @@ import pytest
 ACCELERATE_VERSION = "1.15.0"
 
 
+@pytest.fixture(autouse=True)
+def _accelerates_state_reset() -> Iterator[None]:
+    """Accelerate keeps its state in class-level singletons: a test that gave it a setting (a
+    dynamo backend, a mixed precision) would hand that setting to every later test of the
+    same worker process. Each test starts from none, whatever ran before it."""
+    yield
+    import sys
+
+    state = sys.modules.get("accelerate.state")
+    if state is not None:
+        state.AcceleratorState._reset_state(reset_partial_state=True)
+        state.GradientState._reset_state()
+
+
 @pytest.fixture(scope="session")
 def accelerate() -> ModuleType:
     """The ``accelerate`` package, checked to be the version this suite compares against."""
