@@ -291,7 +291,15 @@ def _init_group(group: GroupPlan, state: AcceleratorState) -> None:
 
     kwargs = group.init_kwargs(state.rank, state.world_size)
     kwargs.pop("init_method", None)  # met through the store instead
-    dist.init_process_group(store=_store_for(group, state), **kwargs)
+    store = _store_for(group, state)
+    dist.init_process_group(store=store, **kwargs)
+    # gloo's init returns on one process as soon as its own side of each connection is made;
+    # a process whose next handler fails at once would destroy the group while a slower peer
+    # is still connecting to it ("Connection closed by peer" there, seen under load). Each
+    # process marks itself connected and waits for the others' marks: from here on, any
+    # process may undo the group. The store, not a collective: nothing of the group is used.
+    store.set(f"connected/{state.rank}", "1")
+    store.wait([f"connected/{r}" for r in range(state.world_size)])
     created = dist.group.WORLD
     settle_workers_at_exit()
 
