@@ -20,7 +20,7 @@ from typing import TYPE_CHECKING, Any
 
 from accelkw_core.errors import AccelkwError
 from accelkw_core.facts.environment import env_flag
-from accelkw_core.logs import configure_from_env
+from accelkw_core.log_setup import configure_from_env
 from accelkw_core.runtime import collectives
 from accelkw_core.runtime.accumulation import GradientState as _Gradients
 from accelkw_core.runtime.composing.process_group_only import compose_process_group

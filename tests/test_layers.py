@@ -3,7 +3,7 @@
 Bottom to top: errors and the version; ``contract`` (what a plugin codes against: the handler
 and tracker contracts, ``Plan``, the extension points and their contribution types, the state
 as a handler sees it, the checkpoint writer and reader it is handed); run facts and environment
-parsing (``facts``, ``logs``); ``discovery``; ``config`` and ``tracking`` (which trackers a run
+parsing (``facts``, ``log_setup``); ``discovery``; ``config`` and ``tracking`` (which trackers a run
 uses); the runtime, in three: the state and the collectives, then ``runtime.checkpoints`` (one
 subpackage, its own layer), then the rest of ``runtime``; ``accelerator`` (the ``Accelerator``, over the runtime's collaborators); and
 the tiers over them (``cli``, ``tools``, ``testing``, ``plugin``, ``utils``, ``local_sgd``).
@@ -37,7 +37,7 @@ CORE = Path(accelkw_core.__file__).parent
 LAYERS = [
     {"errors", "_version"},
     {"contract"},
-    {"facts", "logs"},
+    {"facts", "log_setup"},
     {"discovery"},
     {"config", "tracking"},
     # The run's facts (the state, and the kind of run it describes itself with) and the

@@ -27,7 +27,7 @@ from typing import TYPE_CHECKING, Any, TypeVar
 from accelkw_core.config.settings import Settings, resolve_settings
 from accelkw_core.discovery.default_registry import get_registry
 from accelkw_core.discovery.registry import Registry
-from accelkw_core.logs import configure_from_env
+from accelkw_core.log_setup import configure_from_env
 from accelkw_core.runtime.accumulation import GradientState
 from accelkw_core.runtime.attribute_contributions import Extras
 from accelkw_core.runtime.checkpoints.load import LoadStateHook

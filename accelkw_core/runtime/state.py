@@ -16,7 +16,7 @@ from accelkw_core.facts.precision import MIXED_PRECISION_MODES
 
 # Imported for its effect: the ``accelkw`` logger quiet (WARNING) unless asked, before any
 # handler records a line through ``accelkw.<handler>``.
-from accelkw_core.logs import LOGGER as _LOGGER  # noqa: F401
+from accelkw_core.log_setup import LOGGER as _LOGGER  # noqa: F401
 
 if TYPE_CHECKING:
     import torch
@@ -167,7 +167,7 @@ class RunState:
 
         The line also goes to the standard ``logging`` logger ``accelkw.<handler>`` (INFO when
         applied, DEBUG otherwise), quiet unless the application or ``ACCELKW_LOG_LEVEL`` says
-        (:mod:`accelkw_core.logs`).
+        (:mod:`accelkw_core.log_setup`).
         """
         self.log.append(LogEntry(handler, message, applied))
         import logging  # here, not at module level: plugins import this tier when listed
