@@ -48,7 +48,7 @@ from accelkw_core.runtime.preparing.preparation import Preparation
 from accelkw_core.runtime.preparing.prepared import Prepared
 from accelkw_core.runtime.processes.coordination import DistributedType, Processes
 from accelkw_core.runtime.profiling import Profiling
-from accelkw_core.runtime.state import RunState, make_current
+from accelkw_core.runtime.run_state import RunState, make_current
 from accelkw_core.runtime.stepping.training_step import Stepping
 from accelkw_core.runtime.trackers import Trackers
 from accelkw_core.tracking.selection import LogWith, filter_trackers

@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING
 from accelkw_core.discovery.catalog import PROVIDERS, provider_hint
 from accelkw_core.errors import ConfigError, MissingPluginWarning
 from accelkw_core.facts.precision import FP8
-from accelkw_core.runtime.state import RunState
+from accelkw_core.runtime.run_state import RunState
 
 if TYPE_CHECKING:
     from accelkw_core.discovery.registry import Registry

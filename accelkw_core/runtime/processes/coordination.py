@@ -19,7 +19,7 @@ from accelkw_core.runtime import collectives as ops
 from accelkw_core.runtime.kinds import DistributedType, distributed_type
 
 if TYPE_CHECKING:
-    from accelkw_core.runtime.state import RunState
+    from accelkw_core.runtime.run_state import RunState
 
 __all__ = [
     "DistributedType",

@@ -28,7 +28,7 @@ from accelkw_core.runtime.stepping.forward import forward_contexts
 if TYPE_CHECKING:
     from accelkw_core.runtime.accumulation import GradientState
     from accelkw_core.runtime.preparing.prepared import Prepared
-    from accelkw_core.runtime.state import RunState
+    from accelkw_core.runtime.run_state import RunState
 
 __all__ = ["Stepping", "build_step", "run_backward"]
 

@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING, Any, Literal, ParamSpec, TypeVar, cast, overlo
 
 from accelkw_core.contract.extension_point import Contribution
 from accelkw_core.contract.points import KEYED, POINTS, TEARDOWN, ExtensionPoint, single_slot
-from accelkw_core.contract.state import LogEntry, StatePoint
+from accelkw_core.contract.state_view import LogEntry, StatePoint
 from accelkw_core.errors import ConfigError, Contributor, PointConflictError
 from accelkw_core.facts.environment import env_int
 from accelkw_core.facts.precision import MIXED_PRECISION_MODES
@@ -49,7 +49,7 @@ class RunState:
     handler shares with the user is an ``ATTRIBUTE`` contribution, read typed with
     ``accelerator.extra(name, kind)``.
 
-    It implements :class:`accelkw_core.contract.state.AcceleratorState`, the protocol a
+    It implements :class:`accelkw_core.contract.state_view.AcceleratorState`, the protocol a
     handler is typed against (``accelkw_core.plugin.AcceleratorState``).
     """
 
