@@ -152,6 +152,11 @@ class Stepping:
         self.unscale_gradients()
         torch.nn.utils.clip_grad_value_(parameters, clip_value)
 
+    @property
+    def optimizer_step_was_skipped(self) -> bool:
+        """Whether a prepared optimizer skipped its last step (a loss scaler found inf/NaN)."""
+        return any(getattr(o, "step_was_skipped", False) for o in self.prepared.optimizers)
+
 
 # -- the optimizer step's chain ------------------------------------------------------------------
 
