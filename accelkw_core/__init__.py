@@ -39,13 +39,13 @@ if TYPE_CHECKING:
     from accelkw_core.runtime.data.dataloader_config import DataLoaderConfiguration
     from accelkw_core.runtime.memory import find_executable_batch_size
     from accelkw_core.runtime.processes.coordination import DistributedType
-    from accelkw_core.runtime.state import RunState
+    from accelkw_core.runtime.run_state import RunState
 
 if TYPE_CHECKING:  # the names that moved in 0.2, typed as what they are (they warn at run time)
     AcceleratorState = RunState  # renamed in 0.2 (it warns at run time)
     from accelkw_core.config.selection import order_handlers as order_handlers
     from accelkw_core.config.selection import resolve_handlers as resolve_handlers
-    from accelkw_core.contract.state import LogEntry as LogEntry
+    from accelkw_core.contract.state_view import LogEntry as LogEntry
     from accelkw_core.discovery.hookspecs import hookspec as hookspec
     from accelkw_core.discovery.registry import HandlerInfo as HandlerInfo
     from accelkw_core.discovery.registry import PluginRecord as PluginRecord
@@ -55,7 +55,7 @@ if TYPE_CHECKING:  # the names that moved in 0.2, typed as what they are (they w
 
 _EXPORTS = {
     "Accelerator": "accelkw_core.accelerator",
-    "RunState": "accelkw_core.runtime.state",
+    "RunState": "accelkw_core.runtime.run_state",
     # What Accelerate's own examples import from ``accelerate`` itself.
     "DataLoaderConfiguration": "accelkw_core.runtime.data.dataloader_config",
     "DistributedType": "accelkw_core.runtime.processes.coordination",
@@ -88,7 +88,7 @@ _MOVED = {
     "resolve_handlers": "accelkw_core.config.selection",
     "HandlerInfo": "accelkw_core.discovery.registry",
     "PluginRecord": "accelkw_core.discovery.registry",
-    "LogEntry": "accelkw_core.contract.state",
+    "LogEntry": "accelkw_core.contract.state_view",
 }
 
 # Names renamed in 0.2 (0.1 exported them here under their old name): they keep working through
@@ -96,7 +96,7 @@ _MOVED = {
 _RENAMED = {
     "AcceleratorState": (
         "RunState",
-        "accelkw_core.runtime.state",
+        "accelkw_core.runtime.run_state",
         "the run's state is accelkw_core.RunState (a handler types against the protocol "
         "accelkw_core.plugin.AcceleratorState; Accelerate's accelerate.state.AcceleratorState is "
         "accelkw_core.state.AcceleratorState)",

@@ -57,7 +57,7 @@ from accelkw_core.contract.points import (
     UNSCALE_GRADIENTS,
     ExtensionPoint,
 )
-from accelkw_core.contract.state import AcceleratorState, StatePoint
+from accelkw_core.contract.state_view import AcceleratorState, StatePoint
 from accelkw_core.contract.step import StepContext
 from accelkw_core.discovery.hookspecs import hookimpl
 from accelkw_core.errors import (

@@ -2,7 +2,7 @@
 
 Accelerate's three classes are shared-state singletons: every instance in a process describes
 the same run. Here each instance is a view: of the newest ``Accelerator``'s state
-(:func:`accelkw_core.runtime.state.current_state`) once one exists, else of the run the first
+(:func:`accelkw_core.runtime.run_state.current_state`) once one exists, else of the run the first
 ``PartialState()`` set up. That first ``PartialState()`` reads the variables a launcher sets
 (``RANK``, ``WORLD_SIZE``, ...) and, on several processes, starts the process group as
 Accelerate's does: through the installed handler that provides it
@@ -20,7 +20,7 @@ from typing import TYPE_CHECKING, Any
 
 from accelkw_core.errors import AccelkwError
 from accelkw_core.facts.environment import env_flag
-from accelkw_core.logs import configure_from_env
+from accelkw_core.log_setup import configure_from_env
 from accelkw_core.runtime import collectives
 from accelkw_core.runtime.accumulation import GradientState as _Gradients
 from accelkw_core.runtime.composing.process_group_only import compose_process_group
@@ -31,7 +31,7 @@ from accelkw_core.runtime.processes.coordination import (
     on_process,
     split_inputs,
 )
-from accelkw_core.runtime.state import RunState, current_gradients, current_state
+from accelkw_core.runtime.run_state import RunState, current_gradients, current_state
 
 if TYPE_CHECKING:
     import torch

@@ -340,7 +340,7 @@ def test_a_handler_set_by_file_and_env_is_constructed_once(tmp_path: Path) -> No
     from dataclasses import dataclass
 
     from accelkw_core.runtime.composing.composition import compose
-    from accelkw_core.runtime.state import RunState
+    from accelkw_core.runtime.run_state import RunState
     from accelkw_core.testing import isolated_registry, plugin_of
 
     built: list[int] = []

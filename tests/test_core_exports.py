@@ -59,7 +59,7 @@ def test_each_lazy_name_is_the_object_of_the_module_its_table_names() -> None:
 
 
 def test_the_old_name_of_the_run_state_still_works_with_a_deprecation_warning() -> None:
-    from accelkw_core.runtime.state import RunState
+    from accelkw_core.runtime.run_state import RunState
 
     old = "AcceleratorState"  # the name 0.1 exported; accelkw_core.RunState now
     with pytest.warns(DeprecationWarning, match=rf"accelkw_core\.{old} is deprecated"):

@@ -43,7 +43,7 @@ def test_each_shard_yields_as_many_batches_as_its_length(
 
 def test_split_batches_needs_a_batch_size_the_processes_divide() -> None:
     from accelkw_core.runtime.data.data_loader import prepare_data_loader
-    from accelkw_core.runtime.state import RunState
+    from accelkw_core.runtime.run_state import RunState
 
     state = RunState.from_env(env={"RANK": "0", "WORLD_SIZE": "2"}, cpu=True)
     loader = torch.utils.data.DataLoader(torch.arange(9), batch_size=3)

@@ -92,7 +92,7 @@ def join_worker(rank: int) -> dict[str, Any]:
 
     from accelkw_core.runtime.data.data_loader import BatchShard
     from accelkw_core.runtime.processes.coordination import Processes
-    from accelkw_core.runtime.state import RunState
+    from accelkw_core.runtime.run_state import RunState
 
     dist.init_process_group("gloo")
     # Join acts on accelerator devices only (as in Accelerate), and the device type is all it

@@ -3,7 +3,7 @@
 Bottom to top: errors and the version; ``contract`` (what a plugin codes against: the handler
 and tracker contracts, ``Plan``, the extension points and their contribution types, the state
 as a handler sees it, the checkpoint writer and reader it is handed); run facts and environment
-parsing (``facts``, ``logs``); ``discovery``; ``config`` and ``tracking`` (which trackers a run
+parsing (``facts``, ``log_setup``); ``discovery``; ``config`` and ``tracking`` (which trackers a run
 uses); the runtime, in three: the state and the collectives, then ``runtime.checkpoints`` (one
 subpackage, its own layer), then the rest of ``runtime``; ``accelerator`` (the ``Accelerator``, over the runtime's collaborators); and
 the tiers over them (``cli``, ``tools``, ``testing``, ``plugin``, ``utils``, ``local_sgd``).
@@ -37,12 +37,12 @@ CORE = Path(accelkw_core.__file__).parent
 LAYERS = [
     {"errors", "_version"},
     {"contract"},
-    {"facts", "logs"},
+    {"facts", "log_setup"},
     {"discovery"},
     {"config", "tracking"},
     # The run's facts (the state, and the kind of run it describes itself with) and the
     # collectives: what checkpoints build on.
-    {"runtime.state", "runtime.kinds", "runtime.collectives"},
+    {"runtime.run_state", "runtime.kinds", "runtime.collectives"},
     {"runtime.checkpoints"},
     {"runtime"},
     {"accelerator"},
@@ -161,7 +161,7 @@ def test_every_module_of_the_core_belongs_to_a_layer() -> None:
     units = {_unit(p) for p in CORE.rglob("*.py")}
     assert units <= set(RANK), sorted(units - set(RANK))
     # The named subunits exist: a rename would otherwise leave them ranking nothing.
-    assert {"runtime.checkpoints", "runtime.state", "runtime.collectives"} <= units
+    assert {"runtime.checkpoints", "runtime.run_state", "runtime.collectives"} <= units
 
 
 def test_every_import_target_of_the_core_is_a_known_layer() -> None:
@@ -198,7 +198,7 @@ def test_hidden_edges_are_found(tmp_path: Path) -> None:
         "from typing import TYPE_CHECKING\n"
         "import importlib\n"
         "if TYPE_CHECKING:\n"
-        "    from accelkw_core.runtime.state import AcceleratorState\n"
+        "    from accelkw_core.runtime.run_state import AcceleratorState\n"
         "def f():\n"
         "    from accelkw_core.cli import main\n"
         "class C:\n"
@@ -209,7 +209,11 @@ def test_hidden_edges_are_found(tmp_path: Path) -> None:
     module = tmp_path / "probe.py"
     module.write_text(source, encoding="utf-8")
     found = {target for _, target in imports_of(module, ["accelkw_core", "discovery"])}
-    assert {"accelkw_core.runtime.state", "accelkw_core.cli", "accelkw_core.tools.demo"} <= found
+    assert {
+        "accelkw_core.runtime.run_state",
+        "accelkw_core.cli",
+        "accelkw_core.tools.demo",
+    } <= found
     assert "accelkw_core.runtime" in found  # the relative one
 
 
@@ -223,10 +227,10 @@ FAKE_CORE = {
     "discovery/__init__.py": "",
     "discovery/registry.py": "from accelkw_core.contract import points\n",
     "runtime/__init__.py": "",
-    "runtime/state.py": "from accelkw_core.contract.points import *\n",
+    "runtime/run_state.py": "from accelkw_core.contract.points import *\n",
     "runtime/collectives.py": "",
     "runtime/checkpoints/__init__.py": "from accelkw_core.runtime.checkpoints.save import save\n",
-    "runtime/checkpoints/save.py": "from accelkw_core.runtime import state, collectives\n",
+    "runtime/checkpoints/save.py": "from accelkw_core.runtime import run_state, collectives\n",
     "runtime/composition.py": "from accelkw_core.runtime.checkpoints import save\n",
     "accelerator/__init__.py": "",
     "accelerator/accelerator.py": "from accelkw_core.runtime import composition\nAccelerator = 1\n",

@@ -1,57 +1,38 @@
 """``Accelerator``: the training-loop API over a state composed from handlers and configuration.
 
 The class holds the run (its settings, composed handlers, state and gradient state) and
-delegates each part of Accelerate's API to a collaborator of the runtime with one job, as
-Lightning's Fabric delegates to its strategy and precision: :class:`Preparation` (``prepare``),
-:class:`Stepping` (``autocast``, ``backward``, ``accumulate``, clipping), :class:`Checkpoints`,
-:class:`Trackers`, :class:`DataLoading`, :class:`Processes`, :class:`Profiling` and
-:class:`Extras`, which share one record of what was prepared (:class:`Prepared`). None of them
-knows the ``Accelerator``.
+forwards each member of Accelerate's API, in one line, to a collaborator of the runtime with one
+job, as Lightning's Fabric delegates to its strategy and precision: :class:`Preparation`
+(``prepare``), :class:`Stepping` (``autocast``, ``backward``, ``accumulate``, clipping),
+:class:`Checkpoints`, :class:`Trackers`, :class:`DataLoading`, :class:`Processes`,
+:class:`Profiling` and :class:`Extras`, which share one record of what was prepared
+(:class:`Prepared`), and :class:`Shutdown` (``end_training``). None of them knows the
+``Accelerator``; :func:`~accelkw_core.accelerator.assembly.assemble` builds them.
 
 Nothing here imports torch at module import time; every method that needs it imports it.
 """
 
 from __future__ import annotations
 
-import atexit
 import os
 import sys
-import warnings
-import weakref
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from contextlib import AbstractContextManager
 from pathlib import Path
 from types import TracebackType
 from typing import TYPE_CHECKING, Any, TypeVar
 
-from accelkw_core.config.settings import Settings, resolve_settings
-from accelkw_core.discovery.default_registry import get_registry
+from accelkw_core.accelerator.assembly import assemble
 from accelkw_core.discovery.registry import Registry
-from accelkw_core.logs import configure_from_env
-from accelkw_core.runtime.accumulation import GradientState
-from accelkw_core.runtime.attribute_contributions import Extras
+from accelkw_core.log_setup import configure_from_env
 from accelkw_core.runtime.checkpoints.load import LoadStateHook
-from accelkw_core.runtime.checkpoints.manager import Checkpoints, project_configuration
 from accelkw_core.runtime.checkpoints.project import ProjectConfiguration
 from accelkw_core.runtime.checkpoints.save import SaveStateHook
-from accelkw_core.runtime.composing.composition import compose
-from accelkw_core.runtime.composing.keywords import handlers_from_keywords
-from accelkw_core.runtime.composing.missing_capabilities import (
-    gaps_of_run,
-    live_capabilities,
-    refuse_unprovided_precision,
-    warn_gaps,
-)
+from accelkw_core.runtime.composing.missing_capabilities import check_composed_run
 from accelkw_core.runtime.data.dataloader_config import DataLoaderConfiguration
-from accelkw_core.runtime.data.loading import DataLoading, dataloader_configuration
-from accelkw_core.runtime.preparing.preparation import Preparation
-from accelkw_core.runtime.preparing.prepared import Prepared
-from accelkw_core.runtime.processes.coordination import DistributedType, Processes
-from accelkw_core.runtime.profiling import Profiling
-from accelkw_core.runtime.state import RunState, make_current
-from accelkw_core.runtime.stepping.training_step import Stepping
-from accelkw_core.runtime.trackers import Trackers
-from accelkw_core.tracking.selection import LogWith, filter_trackers
+from accelkw_core.runtime.processes.coordination import DistributedType
+from accelkw_core.runtime.run_state import make_current
+from accelkw_core.tracking.selection import LogWith
 
 if TYPE_CHECKING:
     import torch
@@ -103,62 +84,44 @@ class Accelerator:
         **keywords: Any,
     ) -> None:
         configure_from_env()
-        project = project_configuration(project_dir, project_config)
-        loaders_config = dataloader_configuration(dataloader_config)
-        registry = registry if registry is not None else get_registry()
-        # Resolved before anything is composed, so a tracker name nobody installed fails first.
-        chosen = filter_trackers(log_with, project.logging_dir, registry)
-        handlers = list(kwargs_handlers or ())
-        if keywords:
-            handlers += handlers_from_keywords(keywords, handlers, registry.handlers())
-        self.settings: Settings = resolve_settings(
-            handlers,
-            mixed_precision=mixed_precision,
-            cpu=cpu,
-            config=config,
+        run = assemble(
+            mixed_precision,
+            cpu,
+            kwargs_handlers,
+            config,
+            project_dir=project_dir,
+            project_config=project_config,
+            log_with=log_with,
+            dataloader_config=dataloader_config,
             registry=registry,
+            keywords=keywords,
         )
-        state = RunState.from_env(
-            mixed_precision=self.settings.mixed_precision, cpu=self.settings.cpu
-        )
-        if self.settings.config.path is not None:
-            state.record("config", f"settings read from {self.settings.config.label}")
-        for note in self.settings.notes:
-            state.record("config", note)
-        self.handlers: list[KwargsHandler] = compose(
-            state, registry=registry, settings=self.settings
-        )
-        self.state = state
-        progress = _loader_progress()
-        self.gradient_state = GradientState.from_state(state, progress)
-        # The collaborators: each is handed what it works on, and none knows the Accelerator.
-        prepared = Prepared()
-        self._prepared = prepared
-        self._data = DataLoading(state, progress, loaders_config)
-        self._preparation = Preparation(state, self.gradient_state, prepared, self._data)
-        self._stepping = Stepping(state, self.gradient_state, prepared)
-        self._checkpoints = Checkpoints(state, self.gradient_state, prepared, project)
-        self._trackers = Trackers(state, chosen, registry)
-        self._processes = Processes(state)
-        self._profiling = Profiling(state)
-        self._extras = Extras(state)
-        self._ended = False
+        self.settings = run.settings
+        self.handlers = run.handlers
+        self.state = run.state
+        self.gradient_state = run.gradient_state
+        # The collaborators (accelkw_core.accelerator.assembly built them), one job each.
+        self._prepared = run.prepared
+        self._data = run.data
+        self._preparation = run.preparation
+        self._stepping = run.stepping
+        self._checkpoints = run.checkpoints
+        self._trackers = run.trackers
+        self._processes = run.processes
+        self._profiling = run.profiling
+        self._extras = run.extras
+        self._shutdown = run.shutdown
         #: Whether a forward runs under autocast (mixed precision ``fp16``/``bf16``/``fp8``), as
         #: Accelerate's attribute; scripts set it to ``False`` on MPS, which changes nothing here.
-        self.native_amp: bool = state.mixed_precision in ("fp16", "bf16", "fp8")
-        # An Accelerator nobody ended still undoes its handlers (a process group) once, at exit.
-        self._atexit = _teardown_at_exit(self)
+        self.native_amp: bool = self.state.mixed_precision in ("fp16", "bf16", "fp8")
         try:
-            capabilities = live_capabilities(state)
-            refuse_unprovided_precision(state, capabilities, registry, self.settings.disabled)
-            gaps = gaps_of_run(state, capabilities, registry, self.settings.disabled)
-            warn_gaps(state, gaps)
+            check_composed_run(self.state, run.registry, self.settings.disabled)
         except BaseException:
-            self._end(agreed=False)  # a failure path: no collective
+            self._shutdown.end(agreed=False)  # a failure path: no collective
             raise
         # Built: accelkw_core.state's RunState()/PartialState() and get_logger's
         # loggers read this run from now on (a failed construction leaves the previous one).
-        make_current(state, self.gradient_state)
+        make_current(self.state, self.gradient_state)
 
     # -- facts ---------------------------------------------------------------------------------
 
@@ -189,17 +152,17 @@ class Accelerator:
     @property
     def is_main_process(self) -> bool:
         """Whether this is global rank 0."""
-        return self.state.rank == 0
+        return self.state.is_main_process
 
     @property
     def is_local_main_process(self) -> bool:
         """Whether this is rank 0 on its machine."""
-        return self.state.local_rank == 0
+        return self.state.is_local_main_process
 
     @property
     def is_last_process(self) -> bool:
         """Whether this is the last global rank (``num_processes - 1``)."""
-        return self.state.rank == self.state.world_size - 1
+        return self.state.is_last_process
 
     @property
     def distributed_type(self) -> DistributedType:
@@ -336,7 +299,7 @@ class Accelerator:
     @property
     def optimizer_step_was_skipped(self) -> bool:
         """Whether a prepared optimizer skipped its last step (a loss scaler found inf/NaN)."""
-        return any(getattr(o, "step_was_skipped", False) for o in self._prepared.optimizers)
+        return self._stepping.optimizer_step_was_skipped
 
     def clip_grad_norm_(
         self, parameters: Iterable[Any], max_norm: float, norm_type: float = 2
@@ -523,9 +486,7 @@ class Accelerator:
     ) -> Any:
         """``tensor`` (or nested tensors) padded with ``pad_index`` along ``dim`` to the largest
         size on any process, at the end (at the start with ``pad_first``), to gather them."""
-        from accelkw_core.runtime.processes.operations import pad_across_processes
-
-        return pad_across_processes(tensor, dim=dim, pad_index=pad_index, pad_first=pad_first)
+        return self._processes.pad_across_processes(tensor, dim, pad_index, pad_first)
 
     def split_between_processes(
         self, inputs: Any, apply_padding: bool = False
@@ -636,14 +597,8 @@ class Accelerator:
         under a temporary name and renamed into place. It is what
         ``model.save_pretrained(..., save_function=accelerator.save)`` calls.
         """
-        from accelkw_core.runtime.checkpoints.pretrained import save_object
-
-        if self.project_configuration.save_on_each_node:
-            writes = self.is_local_main_process
-        else:
-            writes = self.is_main_process
-        if writes:
-            save_object(obj, f, safe_serialization=safe_serialization)
+        on_each_node = self.project_configuration.save_on_each_node
+        self._processes.save(obj, f, safe_serialization, on_each_node)
 
     def register_save_state_pre_hook(self, hook: SaveStateHook) -> RemovableHandle:
         """Call ``hook(models, weights, output_dir)`` in :meth:`save_state`, before it writes.
@@ -748,38 +703,7 @@ class Accelerator:
         tracker whose ``finish`` raises does not stop the others or the teardowns; the first
         such error is raised once they have run, as Accelerate raises it.
         """
-        self._end(agreed=sys.exc_info()[1] is None)
-
-    def _end(self, *, agreed: bool) -> None:
-        """:meth:`end_training`; ``agreed``: on the normal path, where every process calls it."""
-        if self._ended:
-            return
-        self._ended = True
-        atexit.unregister(self._atexit)
-        # Pending saves first: a teardown may destroy the process group they agree on.
-        saving_failure: BaseException | None = None
-        tracker_failures: list[tuple[str, BaseException]] = []
-        try:
-            self._checkpoints.wait_for_checkpoints(agreed=agreed)
-        except Exception as failed:
-            saving_failure = failed
-        finally:
-            # Even when the wait is interrupted (Ctrl-C): the trackers finish and the
-            # teardowns run, once, and the interruption goes on after them.
-            try:
-                tracker_failures = list(self._trackers.finish())
-            finally:
-                for name, exc in self.state.run_teardowns():
-                    warnings.warn(
-                        f"teardown of handler {name!r} failed: {type(exc).__name__}: {exc}",
-                        stacklevel=3,
-                    )
-        if saving_failure is not None:
-            for name, exc in tracker_failures:
-                saving_failure.add_note(f"tracker {name!r} failed to finish too: {exc!r}")
-            raise saving_failure
-        if tracker_failures:
-            raise tracker_failures[0][1]
+        self._shutdown.end(agreed=sys.exc_info()[1] is None)
 
     def __enter__(self) -> Accelerator:
         return self
@@ -792,7 +716,7 @@ class Accelerator:
     ) -> None:
         # An exit path: never a collective, even when the block ended normally (the
         # processes may leave their blocks at different moments).
-        self._end(agreed=False)
+        self._shutdown.end(agreed=False)
 
     def __repr__(self) -> str:
         names = ", ".join(self.state.handlers) or "none"
@@ -801,23 +725,3 @@ class Accelerator:
             f"device {self.state.device_type}, mixed_precision={self.state.mixed_precision!r}, "
             f"handlers: {names})"
         )
-
-
-def _loader_progress() -> Any:
-    # The data loader module imports torch; the Accelerator's module does not.
-    from accelkw_core.runtime.data.data_loader import LoaderProgress
-
-    return LoaderProgress()
-
-
-def _teardown_at_exit(accelerator: Accelerator) -> Any:
-    # A weak reference: registering must not keep the Accelerator (and its models) alive.
-    ref = weakref.ref(accelerator)
-
-    def run() -> None:
-        live = ref()
-        if live is not None:
-            live._end(agreed=False)  # interpreter exit, perhaps after an error: no collective
-
-    atexit.register(run)
-    return run

@@ -69,7 +69,7 @@ def main(argv: Sequence[str] | None = None) -> int:
 
         # `logging` costs a listing ~6 ms: imported only when a level is asked for.
         if os.environ.get("ACCELKW_LOG_LEVEL", "").strip():
-            from accelkw_core.logs import configure_from_env
+            from accelkw_core.log_setup import configure_from_env
 
             configure_from_env()
         return int(func(args))

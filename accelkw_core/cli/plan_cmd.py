@@ -75,7 +75,7 @@ def build_plan(
     from accelkw_core.errors import ConfigError
     from accelkw_core.facts.environment import env_int
     from accelkw_core.runtime.composing.planning import plan_conflicts, plan_run
-    from accelkw_core.runtime.state import RunState
+    from accelkw_core.runtime.run_state import RunState
 
     registry = get_registry()
     settings = resolve_settings(config=config, registry=registry, mixed_precision=mixed_precision)
@@ -145,7 +145,7 @@ def planned_conflicts(settings: Settings, registry: Registry) -> list[PointConfl
     for the commands that check a setup without planning it in full."""
     from accelkw_core.facts.environment import env_int
     from accelkw_core.runtime.composing.planning import plan_conflicts, plan_run
-    from accelkw_core.runtime.state import RunState
+    from accelkw_core.runtime.run_state import RunState
 
     world_size = env_int(os.environ, "WORLD_SIZE", 1, 1)
     state = RunState(
@@ -218,7 +218,7 @@ def _plan_conflicts_under(
     """The conflicts of ``handlers`` planned on each run of ``runs``, each once, with the runs
     it appears on."""
     from accelkw_core.runtime.composing.planning import plan_conflicts, plan_handler
-    from accelkw_core.runtime.state import RunState
+    from accelkw_core.runtime.run_state import RunState
 
     found: dict[tuple[str, str | None, tuple[str, ...]], Conflict] = {}
     device = None if not cpu and _torch_installed() else "cpu"

@@ -12,7 +12,7 @@ from accelkw_core.errors import ConfigError, suggest
 
 if TYPE_CHECKING:
     from accelkw_core.contract.plan import Plan
-    from accelkw_core.contract.state import AcceleratorState
+    from accelkw_core.contract.state_view import AcceleratorState
 
 __all__ = ["KwargsHandler", "handler_field"]
 
@@ -48,7 +48,7 @@ class KwargsHandler:
 
     A handler is a ``@dataclass`` subclass with a default for every field, a registry ``name``
     (its config key), optional ``after`` (registry names it must be applied after) and
-    ``apply(state)``, which configures an :class:`~accelkw_core.contract.state.AcceleratorState`.
+    ``apply(state)``, which configures an :class:`~accelkw_core.contract.state_view.AcceleratorState`.
 
     ``to_kwargs()`` keeps the reference semantics (the fields that differ from a default
     instance). ``explicit_kwargs()`` adds the fields passed to the constructor, so a value the

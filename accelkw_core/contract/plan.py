@@ -13,7 +13,7 @@ from typing import Any, NamedTuple, ParamSpec, Protocol
 
 from accelkw_core.contract.extension_point import ExtensionPoint, PointStep
 from accelkw_core.contract.points import POINTS, constant_name
-from accelkw_core.contract.state import AcceleratorState
+from accelkw_core.contract.state_view import AcceleratorState
 
 P = ParamSpec("P")
 

@@ -11,7 +11,7 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, Literal
 
 if TYPE_CHECKING:
-    from accelkw_core.contract.state import AcceleratorState
+    from accelkw_core.contract.state_view import AcceleratorState
 
 __all__ = ["AfterStep", "AroundStep", "StepContext"]
 

@@ -15,7 +15,7 @@ import pluggy
 
 if TYPE_CHECKING:
     from accelkw_core.contract.handler import KwargsHandler
-    from accelkw_core.contract.state import AcceleratorState
+    from accelkw_core.contract.state_view import AcceleratorState
     from accelkw_core.contract.tracker import GeneralTracker
 
 __all__ = ["PROJECT", "hookimpl", "hookspec"]

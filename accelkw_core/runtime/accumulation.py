@@ -19,7 +19,7 @@ from accelkw_core.discovery.catalog import provider_hint
 from accelkw_core.errors import ConfigError
 
 if TYPE_CHECKING:
-    from accelkw_core.runtime.state import RunState
+    from accelkw_core.runtime.run_state import RunState
 
 __all__ = [
     "AccumulationPolicy",

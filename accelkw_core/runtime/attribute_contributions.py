@@ -18,7 +18,7 @@ from accelkw_core.errors import AccelkwError
 if TYPE_CHECKING:
     import torch
 
-    from accelkw_core.runtime.state import RunState
+    from accelkw_core.runtime.run_state import RunState
 
 __all__ = ["Extras"]
 

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from accelkw_core.contract.state import AcceleratorState
+from accelkw_core.contract.state_view import AcceleratorState
 from accelkw_core.discovery.catalog import provider_hint
 from accelkw_core.errors import AccelkwError
 

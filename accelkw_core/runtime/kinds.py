@@ -10,7 +10,7 @@ import enum
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
-    from accelkw_core.contract.state import AcceleratorState
+    from accelkw_core.contract.state_view import AcceleratorState
 
 __all__ = ["DistributedType", "distributed_type"]
 

@@ -19,7 +19,7 @@ from accelkw_core.runtime import collectives as ops
 from accelkw_core.runtime.composing.planning import override_values
 
 if TYPE_CHECKING:
-    from accelkw_core.runtime.state import RunState
+    from accelkw_core.runtime.run_state import RunState
 
 __all__ = ["NoProfiler", "Profiling"]
 

@@ -19,7 +19,7 @@ from accelkw_core.contract.tracker import GeneralTracker
 
 if TYPE_CHECKING:
     from accelkw_core.discovery.registry import Registry
-    from accelkw_core.runtime.state import RunState
+    from accelkw_core.runtime.run_state import RunState
 
 __all__ = ["Trackers"]
 

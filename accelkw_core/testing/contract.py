@@ -54,7 +54,7 @@ from accelkw_core.contract.points import POINTS
 from accelkw_core.contract.tracker import GeneralTracker
 from accelkw_core.contract.validation import field_specs
 from accelkw_core.errors import AccelkwError
-from accelkw_core.runtime.state import RunState
+from accelkw_core.runtime.run_state import RunState
 from accelkw_core.testing.helpers import (
     free_port,
     isolated_registry,

@@ -21,7 +21,7 @@ from accelkw_core.contract.handler import KwargsHandler
 from accelkw_core.discovery.registry import Registry
 from accelkw_core.errors import WorkerFailed
 from accelkw_core.runtime.composing.composition import compose
-from accelkw_core.runtime.state import RunState
+from accelkw_core.runtime.run_state import RunState
 
 __all__ = [
     "WorkerFailed",

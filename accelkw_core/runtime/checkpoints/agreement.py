@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING, Any
 from accelkw_core.errors import CheckpointError, quoted
 
 if TYPE_CHECKING:
-    from accelkw_core.runtime.state import RunState
+    from accelkw_core.runtime.run_state import RunState
 
 __all__ = [
     "agree",

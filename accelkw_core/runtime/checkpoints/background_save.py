@@ -23,7 +23,7 @@ from accelkw_core.runtime.checkpoints.agreement import alone, barrier
 
 if TYPE_CHECKING:
     from accelkw_core.runtime.checkpoints.save import PendingSave
-    from accelkw_core.runtime.state import RunState
+    from accelkw_core.runtime.run_state import RunState
 
 __all__ = ["BackgroundSave"]
 

@@ -47,7 +47,7 @@ from accelkw_core.runtime.checkpoints.random_states import (
 from accelkw_core.runtime.checkpoints.save import recover_commit
 
 if TYPE_CHECKING:
-    from accelkw_core.runtime.state import RunState
+    from accelkw_core.runtime.run_state import RunState
 
 __all__ = ["MODULE_PREFIX", "LoadStateHook", "load_checkpoint"]
 

@@ -55,7 +55,7 @@ from accelkw_core.runtime.checkpoints.save import (
 if TYPE_CHECKING:
     from torch.utils.hooks import RemovableHandle
 
-    from accelkw_core.runtime.state import RunState
+    from accelkw_core.runtime.run_state import RunState
 
 __all__ = ["Checkpoints", "project_configuration"]
 

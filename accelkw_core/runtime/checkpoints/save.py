@@ -54,7 +54,7 @@ from accelkw_core.runtime.checkpoints.random_states import random_states
 from accelkw_core.runtime.checkpoints.staging import StagingWriter
 
 if TYPE_CHECKING:
-    from accelkw_core.runtime.state import RunState
+    from accelkw_core.runtime.run_state import RunState
 
 #: ``hook(models, weights, output_dir)``: Accelerate's ``register_save_state_pre_hook``.
 SaveStateHook = Callable[[list[Any], list[Any], str], None]

@@ -26,7 +26,7 @@ from typing import TYPE_CHECKING, Any
 from accelkw_core.runtime.checkpoints.folder_io import FolderWriter
 
 if TYPE_CHECKING:
-    from accelkw_core.runtime.state import RunState
+    from accelkw_core.runtime.run_state import RunState
 
 __all__ = ["StagingWriter", "staged"]
 

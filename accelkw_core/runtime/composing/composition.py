@@ -12,7 +12,7 @@ from accelkw_core.discovery.default_registry import get_registry
 from accelkw_core.discovery.registry import Registry
 from accelkw_core.errors import HandlerApplyError, PointConflictError
 from accelkw_core.runtime.composing.planning import plan_conflicts, plan_handler
-from accelkw_core.runtime.state import RunState
+from accelkw_core.runtime.run_state import RunState
 
 if TYPE_CHECKING:
     from accelkw_core.config.settings import Settings

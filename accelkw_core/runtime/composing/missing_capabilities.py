@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING
 from accelkw_core.discovery.catalog import PROVIDERS, provider_hint
 from accelkw_core.errors import ConfigError, MissingPluginWarning
 from accelkw_core.facts.precision import FP8
-from accelkw_core.runtime.state import RunState
+from accelkw_core.runtime.run_state import RunState
 
 if TYPE_CHECKING:
     from accelkw_core.discovery.registry import Registry
@@ -28,6 +28,7 @@ __all__ = [
     "LOSS_SCALING",
     "MIXED_PRECISION",
     "PROCESS_GROUP",
+    "check_composed_run",
     "find_gaps",
     "gaps_of_run",
     "live_capabilities",
@@ -182,8 +183,19 @@ def live_capabilities(state: RunState, provided: Collection[str] | None = None) 
     return found
 
 
-def warn_gaps(state: RunState, gaps: list[str]) -> None:
-    """Warn about each gap and record it in the state's log."""
+def warn_gaps(state: RunState, gaps: list[str], stacklevel: int = 3) -> None:
+    """Warn about each gap and record it in the state's log (``stacklevel``: ``warnings``')."""
     for gap in gaps:
         state.record("accelerator", gap, applied=False)
-        warnings.warn(gap, MissingPluginWarning, stacklevel=3)
+        warnings.warn(gap, MissingPluginWarning, stacklevel=stacklevel)
+
+
+def check_composed_run(state: RunState, registry: Registry, disabled: Mapping[str, str]) -> None:
+    """Refuse a mixed precision nothing composed provides, then warn about each gap.
+
+    What a just-composed ``Accelerator`` checks; the warnings point at the line that built it.
+    """
+    capabilities = live_capabilities(state)
+    refuse_unprovided_precision(state, capabilities, registry, disabled)
+    # 4: past this function and the Accelerator's constructor, to the code that called it.
+    warn_gaps(state, gaps_of_run(state, capabilities, registry, disabled), stacklevel=4)

@@ -23,7 +23,7 @@ from accelkw_core.runtime.composing.missing_capabilities import (
 if TYPE_CHECKING:
     from accelkw_core.config.settings import Settings
     from accelkw_core.discovery.registry import Registry
-    from accelkw_core.runtime.state import RunState
+    from accelkw_core.runtime.run_state import RunState
 
 __all__ = ["HandlerPlan", "override_values", "plan_conflicts", "plan_handler", "plan_run"]
 

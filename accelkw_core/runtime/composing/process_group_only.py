@@ -23,7 +23,7 @@ from accelkw_core.errors import ConfigError
 from accelkw_core.runtime.composing.composition import compose
 from accelkw_core.runtime.composing.missing_capabilities import PROCESS_GROUP
 from accelkw_core.runtime.composing.planning import plan_handler
-from accelkw_core.runtime.state import RunState
+from accelkw_core.runtime.run_state import RunState
 
 __all__ = ["compose_process_group"]
 

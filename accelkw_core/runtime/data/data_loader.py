@@ -26,7 +26,7 @@ from accelkw_core.runtime.data.dataloader_config import DataLoaderConfiguration
 from accelkw_core.runtime.data.generators import global_states, set_global_states
 from accelkw_core.runtime.data.read_ahead import DrawWatch, PassReads, Replay
 from accelkw_core.runtime.data.worker_draws import WorkerStart, WorkerTap
-from accelkw_core.runtime.state import RunState
+from accelkw_core.runtime.run_state import RunState
 
 __all__ = [
     "BatchShard",

@@ -20,7 +20,7 @@ from accelkw_core.runtime.data.dataloader_config import DataLoaderConfiguration
 
 if TYPE_CHECKING:
     from accelkw_core.runtime.data.data_loader import LoaderProgress
-    from accelkw_core.runtime.state import RunState
+    from accelkw_core.runtime.run_state import RunState
 
 __all__ = ["DataLoading", "dataloader_configuration"]
 

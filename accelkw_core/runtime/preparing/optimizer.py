@@ -13,7 +13,7 @@ import torch
 from accelkw_core.contract.step import StepContext
 
 if TYPE_CHECKING:
-    from accelkw_core.runtime.state import RunState
+    from accelkw_core.runtime.run_state import RunState
 
 __all__ = ["AcceleratedOptimizer"]
 

@@ -27,7 +27,7 @@ if TYPE_CHECKING:
     from accelkw_core.runtime.accumulation import GradientState
     from accelkw_core.runtime.data.loading import DataLoading
     from accelkw_core.runtime.preparing.prepared import Prepared
-    from accelkw_core.runtime.state import RunState
+    from accelkw_core.runtime.run_state import RunState
 
 __all__ = ["Preparation"]
 

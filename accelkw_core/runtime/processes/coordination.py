@@ -19,7 +19,7 @@ from accelkw_core.runtime import collectives as ops
 from accelkw_core.runtime.kinds import DistributedType, distributed_type
 
 if TYPE_CHECKING:
-    from accelkw_core.runtime.state import RunState
+    from accelkw_core.runtime.run_state import RunState
 
 __all__ = [
     "DistributedType",
@@ -140,10 +140,25 @@ class Processes:
         """Block until every process reaches this call."""
         ops.barrier(self.state)
 
+    def pad_across_processes(self, tensor: Any, dim: int, pad_index: int, pad_first: bool) -> Any:
+        """``tensor`` (or nested tensors) padded along ``dim`` to the largest size on any process."""
+        from accelkw_core.runtime.processes.operations import pad_across_processes
+
+        return pad_across_processes(tensor, dim=dim, pad_index=pad_index, pad_first=pad_first)
+
     def print(self, *args: Any, **kwargs: Any) -> None:
         """``print`` on the main process only."""
         if self.state.rank == 0:
             print(*args, **kwargs)
+
+    def save(self, obj: Any, f: Any, safe_serialization: bool, on_each_node: bool) -> None:
+        """Write ``obj`` to ``f`` from the main process only, or from each machine's local main
+        with ``on_each_node`` (``ProjectConfiguration.save_on_each_node``)."""
+        from accelkw_core.runtime.checkpoints.pretrained import save_object
+
+        writes = self.state.local_rank == 0 if on_each_node else self.state.rank == 0
+        if writes:
+            save_object(obj, f, safe_serialization=safe_serialization)
 
     # -- triggers --------------------------------------------------------------------------------
 

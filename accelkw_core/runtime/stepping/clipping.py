@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING, Any
 from accelkw_core.contract.points import UNSCALE_GRADIENTS
 
 if TYPE_CHECKING:
-    from accelkw_core.runtime.state import RunState
+    from accelkw_core.runtime.run_state import RunState
 
 __all__ = ["clip_norm", "innermost_optimizer", "unscale"]
 

@@ -16,7 +16,7 @@ from accelkw_core.contract.contributions import ForwardContext, OutputConverter
 from accelkw_core.contract.points import FORWARD_CONTEXT, FORWARD_OUTPUT
 
 if TYPE_CHECKING:
-    from accelkw_core.runtime.state import RunState
+    from accelkw_core.runtime.run_state import RunState
 
 __all__ = ["forward_contexts", "patch_forward", "unpatch_forward"]
 

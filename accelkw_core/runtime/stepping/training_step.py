@@ -28,7 +28,7 @@ from accelkw_core.runtime.stepping.forward import forward_contexts
 if TYPE_CHECKING:
     from accelkw_core.runtime.accumulation import GradientState
     from accelkw_core.runtime.preparing.prepared import Prepared
-    from accelkw_core.runtime.state import RunState
+    from accelkw_core.runtime.run_state import RunState
 
 __all__ = ["Stepping", "build_step", "run_backward"]
 
@@ -151,6 +151,11 @@ class Stepping:
 
         self.unscale_gradients()
         torch.nn.utils.clip_grad_value_(parameters, clip_value)
+
+    @property
+    def optimizer_step_was_skipped(self) -> bool:
+        """Whether a prepared optimizer skipped its last step (a loss scaler found inf/NaN)."""
+        return any(getattr(o, "step_was_skipped", False) for o in self.prepared.optimizers)
 
 
 # -- the optimizer step's chain ------------------------------------------------------------------

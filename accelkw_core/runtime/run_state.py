@@ -9,14 +9,14 @@ from typing import TYPE_CHECKING, Any, Literal, ParamSpec, TypeVar, cast, overlo
 
 from accelkw_core.contract.extension_point import Contribution
 from accelkw_core.contract.points import KEYED, POINTS, TEARDOWN, ExtensionPoint, single_slot
-from accelkw_core.contract.state import LogEntry, StatePoint
+from accelkw_core.contract.state_view import LogEntry, StatePoint
 from accelkw_core.errors import ConfigError, Contributor, PointConflictError
 from accelkw_core.facts.environment import env_int
 from accelkw_core.facts.precision import MIXED_PRECISION_MODES
 
 # Imported for its effect: the ``accelkw`` logger quiet (WARNING) unless asked, before any
 # handler records a line through ``accelkw.<handler>``.
-from accelkw_core.logs import LOGGER as _LOGGER  # noqa: F401
+from accelkw_core.log_setup import LOGGER as _LOGGER  # noqa: F401
 
 if TYPE_CHECKING:
     import torch
@@ -49,7 +49,7 @@ class RunState:
     handler shares with the user is an ``ATTRIBUTE`` contribution, read typed with
     ``accelerator.extra(name, kind)``.
 
-    It implements :class:`accelkw_core.contract.state.AcceleratorState`, the protocol a
+    It implements :class:`accelkw_core.contract.state_view.AcceleratorState`, the protocol a
     handler is typed against (``accelkw_core.plugin.AcceleratorState``).
     """
 
@@ -167,7 +167,7 @@ class RunState:
 
         The line also goes to the standard ``logging`` logger ``accelkw.<handler>`` (INFO when
         applied, DEBUG otherwise), quiet unless the application or ``ACCELKW_LOG_LEVEL`` says
-        (:mod:`accelkw_core.logs`).
+        (:mod:`accelkw_core.log_setup`).
         """
         self.log.append(LogEntry(handler, message, applied))
         import logging  # here, not at module level: plugins import this tier when listed

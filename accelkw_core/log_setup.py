@@ -1,4 +1,6 @@
-"""accelkw logs through the standard library: the ``accelkw`` logger and ``accelkw.<handler>``.
+"""The set-up of accelkw's own logging: the ``accelkw`` logger, ``accelkw.<handler>`` under it.
+
+(The logger a script asks for, Accelerate's ``get_logger``, is :mod:`accelkw_core.logging`.)
 
 Quiet by default, as a library should be: a ``NullHandler``, and the ``accelkw`` logger at
 ``WARNING`` unless the application set its level first, so a script's
