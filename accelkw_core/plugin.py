@@ -30,6 +30,7 @@ from accelkw_core.contract.contributions import (
     Teardown,
     Unscale,
 )
+from accelkw_core.contract.conversions import fp32_outputs
 from accelkw_core.contract.enums import ReferenceEnum
 from accelkw_core.contract.extension_point import Contribution
 from accelkw_core.contract.handler import KwargsHandler, handler_field
@@ -130,6 +131,7 @@ __all__ = [
     "Teardown",
     "Unscale",
     "accelerate_flag",
+    "fp32_outputs",
     "handler_field",
     "hookimpl",
     "read_declared",

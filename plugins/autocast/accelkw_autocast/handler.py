@@ -16,6 +16,7 @@ from accelkw_core.plugin import (
     ConfigError,
     KwargsHandler,
     Plan,
+    fp32_outputs,
     handler_field,
 )
 
@@ -132,11 +133,9 @@ class AutocastKwargs(KwargsHandler):
         if not self.enabled:
             text += "; autocasting explicitly turned off inside it"
         plan.contribute(FORWARD_CONTEXT, self.factory(state), text, provides=("mixed_precision",))
-        import torch
-
         plan.contribute(
             FORWARD_OUTPUT,
-            _fp32_converter(torch),
+            fp32_outputs(),
             "prepared models return float32 outputs (half-precision tensors converted)",
         )
         return plan
@@ -144,28 +143,7 @@ class AutocastKwargs(KwargsHandler):
 
 def outputs_to_fp32(outputs: Any) -> Any:
     """``outputs`` with every float16/bfloat16 tensor (nested lists, tuples, dicts) in float32."""
-    import torch
-
-    return _fp32_converter(torch)(outputs)
-
-
-def _fp32_converter(torch: Any) -> Callable[[Any], Any]:
-    # Bound once at plan time: the converter runs after every forward of a prepared model, so
-    # it does no import and builds nothing per call.
-    tensor, half = torch.Tensor, (torch.float16, torch.bfloat16)
-
-    def convert(outputs: Any) -> Any:
-        if isinstance(outputs, tensor):
-            return outputs.float() if outputs.dtype in half else outputs
-        if isinstance(outputs, dict):
-            return type(outputs)({k: convert(v) for k, v in outputs.items()})
-        if isinstance(outputs, tuple) and hasattr(outputs, "_fields"):
-            return type(outputs)(*(convert(v) for v in outputs))
-        if isinstance(outputs, list | tuple):
-            return type(outputs)(convert(v) for v in outputs)
-        return outputs
-
-    return convert
+    return fp32_outputs()(outputs)
 
 
 def _check_supported(torch: Any, kwargs: dict[str, Any], mode: str) -> None:

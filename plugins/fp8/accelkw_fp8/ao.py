@@ -14,6 +14,7 @@ from accelkw_core.plugin import (
     AccelerateEnv,
     KwargsHandler,
     Plan,
+    fp32_outputs,
     handler_field,
 )
 from accelkw_fp8._backends import require
@@ -120,7 +121,7 @@ class AORecipeKwargs(KwargsHandler):
         require(NAME, "AORecipeKwargs", "AO")
         from accelkw_fp8._convert import convert_model
         from accelkw_fp8._params import ParameterSwaps
-        from accelkw_fp8._precision import bf16_autocast, outputs_to_fp32
+        from accelkw_fp8._precision import bf16_autocast
 
         config = self.float8_config()
         module_filter = self.module_filter_func
@@ -168,7 +169,7 @@ class AORecipeKwargs(KwargsHandler):
         )
         plan.contribute(
             FORWARD_OUTPUT,
-            outputs_to_fp32(),
+            fp32_outputs(),
             "prepared models return float32 outputs (half-precision tensors converted)",
         )
         return plan
