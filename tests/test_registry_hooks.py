@@ -142,7 +142,8 @@ def test_env_info_lines_reach_accelkw_env(site: Path) -> None:
     result = run_accelkw(["env", "--json"], site=site)
     assert result.returncode == 0, result.stderr
     info: dict[str, Any] = json.loads(result.stdout)
-    assert info["from plugins"] == {"gizmo backend": "carrier pigeon"}
+    # Beside the installed built-ins' own lines (accelkw-fp8 names torchao's version).
+    assert info["from plugins"]["gizmo backend"] == "carrier pigeon"
     assert {"name": "gizmo", "status": "loaded"}.items() <= next(
         p for p in info["plugins"] if p["name"] == "gizmo"
     ).items()

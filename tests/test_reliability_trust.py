@@ -324,8 +324,13 @@ IMPORT_SITES = {
     "accelkw_core/contract/coercion.py",  # callables, only with import_callables=True
     "accelkw_core/testing/contract.py",  # the plugin module a test class names, in tests only
 }
-# pickle may only read back the bytes the same call just wrote (the contract kit's round trip).
-PICKLE_SITES = {"accelkw_core/testing/contract.py"}
+# pickle may only read back bytes this process's own code just made, never a file's.
+PICKLE_SITES = {
+    "accelkw_core/testing/contract.py",  # the contract kit's round trip, in the same call
+    # the generators' states a prepared loader's own worker processes send with each batch,
+    # kept in memory as bytes (the DataLoader's pipe had unpickled the batch they came with)
+    "accelkw_core/runtime/data/worker_draws.py",
+}
 # runpy may run only what the command line named, never a value from config data or a variable.
 RUNPY_SITES = {
     "accelkw_core/cli/worker.py",  # each worker of `accelkw launch` runs the SCRIPT it was given
