@@ -267,9 +267,11 @@ def sleep_forever(rank: int) -> None:
 
 def test_run_workers_kills_workers_that_outlive_the_timeout() -> None:
     start = time.monotonic()
-    with pytest.raises(WorkerFailed, match="did not finish within 3s"):
+    with pytest.raises(WorkerFailed, match="did not finish within 3s") as caught:
         run_workers(sleep_forever, 1, timeout=3)
     assert time.monotonic() - start < 30
+    # The failure says where the worker hung: its stack when it was found, the call it was in.
+    assert "where it was:" in str(caught.value) and "sleep_forever" in str(caught.value)
 
 
 def test_modules_loaded_by_reports_what_a_fresh_interpreter_imported() -> None:

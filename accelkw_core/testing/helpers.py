@@ -6,10 +6,13 @@ Nothing here mocks torch: :func:`run_workers` starts real processes that form a 
 
 from __future__ import annotations
 
+import faulthandler
 import multiprocessing as mp
 import os
 import queue
+import signal
 import socket
+import tempfile
 import time
 import traceback
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
@@ -161,7 +164,12 @@ def _worker(
     args: Sequence[Any],
     env: Mapping[str, str],
     results: Any,
+    stacks: str = "",
 ) -> None:
+    if stacks:
+        # Where this worker is when the parent finds it hung (SIGUSR1): every thread's stack,
+        # for the failure's message. The file stays open for the worker's life.
+        faulthandler.register(signal.SIGUSR1, file=open(stacks, "w"), all_threads=True)  # noqa: SIM115
     os.environ.update(env)
     os.environ.update(
         MASTER_ADDR="127.0.0.1",
@@ -201,10 +209,12 @@ def run_workers(
     ctx = mp.get_context("spawn")
     results = ctx.Queue()
     port = free_port()
+    stacks_dir = tempfile.TemporaryDirectory(prefix="accelkw-workers-")
+    stacks = [os.path.join(stacks_dir.name, f"rank{r}.txt") for r in range(world_size)]
     procs = [
         ctx.Process(
             target=_worker,
-            args=(target, r, world_size, port, tuple(args), dict(env or {}), results),
+            args=(target, r, world_size, port, tuple(args), dict(env or {}), results, stacks[r]),
             daemon=True,
         )
         for r in range(world_size)
@@ -234,15 +244,21 @@ def run_workers(
                 continue
             collected[rank] = (ok, value)
     finally:
+        hung = [r for r, p in enumerate(procs) if p.is_alive() and r not in collected]
+        where = _where_hung(procs, hung, stacks)
         for p in procs:
             if p.is_alive():
                 p.kill()
         for p in procs:
             p.join(timeout=10)
+        stacks_dir.cleanup()
     out: list[Any] = []
     for r in range(world_size):
         if r not in collected:
-            failure = WorkerFailed(f"rank {r} did not finish within {timeout:.0f}s")
+            failure = WorkerFailed(
+                f"rank {r} did not finish within {timeout:.0f}s"
+                + (f"; where it was:\n{where[r]}" if where.get(r) else "")
+            )
         elif not collected[r][0]:
             failure = WorkerFailed(f"rank {r} failed:\n{collected[r][1]}")
         else:
@@ -252,6 +268,25 @@ def run_workers(
             raise failure
         out.append(failure)
     return out
+
+
+def _where_hung(procs: Sequence[Any], hung: Sequence[int], stacks: Sequence[str]) -> dict[int, str]:
+    """Every thread's stack of each hung worker (faulthandler's dump on SIGUSR1), by rank."""
+    for r in hung:
+        try:
+            os.kill(procs[r].pid, signal.SIGUSR1)
+        except (OSError, TypeError):
+            continue
+    if hung:
+        time.sleep(1.0)  # the dump is written by the worker's own signal handler
+    where: dict[int, str] = {}
+    for r in hung:
+        try:
+            with open(stacks[r]) as fh:
+                where[r] = fh.read().strip()
+        except OSError:
+            continue
+    return where
 
 
 def _silent_exit(rank: int, code: int | None) -> str:
