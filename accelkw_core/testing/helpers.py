@@ -258,6 +258,11 @@ def run_workers(
             failure = WorkerFailed(
                 f"rank {r} did not finish within {timeout:.0f}s"
                 + (f"; where it was:\n{where[r]}" if where.get(r) else "")
+                + "".join(
+                    f"\nrank {o} did not finish either; where it was:\n{where[o]}"
+                    for o in sorted(where)
+                    if o != r
+                )
             )
         elif not collected[r][0]:
             failure = WorkerFailed(f"rank {r} failed:\n{collected[r][1]}")

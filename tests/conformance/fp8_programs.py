@@ -202,7 +202,11 @@ def resume_run(name: str, folder: Path, steps: int = 2, rank: int = 0) -> dict[s
     return out
 
 
-def resume_worker(rank: int, folder: str) -> tuple[dict[str, Any], dict[str, Any]]:
-    """accelkw on one rank of a 2-process run: the run with its save, then a resumed run."""
-    first = checkpoint_run("accelkw", Path(folder), rank=rank)
-    return first, resume_run("accelkw", Path(folder), rank=rank)
+def save_worker(rank: int, folder: str) -> dict[str, Any]:
+    """accelkw on one rank of a 2-process run: the run with its save."""
+    return checkpoint_run("accelkw", Path(folder), rank=rank)
+
+
+def load_worker(rank: int, folder: str) -> dict[str, Any]:
+    """accelkw on one rank of a 2-process job that resumes the run from its checkpoint."""
+    return resume_run("accelkw", Path(folder), rank=rank)

@@ -114,9 +114,10 @@ def test_a_checkpoint_resumes_bit_identically_with_the_plain_models_keys(
 
 def test_a_two_process_checkpoint_resumes_bit_identically(tmp_path: Path) -> None:
     env = {"ACCELKW_PLUGINS": programs.BUILTINS, "OMP_NUM_THREADS": "1"}
-    out = run_workers(
-        programs.resume_worker, 2, args=(str(tmp_path / "ckpt"),), env=env, timeout=240
-    )
-    for first, resumed in out:
+    # The resume in a job of its own, as a restarted run is (fresh processes, a new group).
+    ckpt = str(tmp_path / "ckpt")
+    firsts = run_workers(programs.save_worker, 2, args=(ckpt,), env=env, timeout=240)
+    resumes = run_workers(programs.load_worker, 2, args=(ckpt,), env=env, timeout=240)
+    for first, resumed in zip(firsts, resumes, strict=True):
         assert resumed == first
-    assert out[0][0]["weights"] == out[1][0]["weights"]  # DDP kept the replicas equal
+    assert firsts[0]["weights"] == firsts[1]["weights"]  # DDP kept the replicas equal
