@@ -39,17 +39,37 @@ there in 4 of 5 runs of the test's script) until the garbage collector breaks a 
 cycle, and for as long as a ``DistributedDataParallel`` model's reducer holds it, which for a
 user's model is until finalisation. A ``gc.collect()`` after the destroy did join them (3 of 3
 clean), but costs more than the pause and does nothing under DDP.
+
+The same wait can turn into a deadlock before exit. ``ProcessGroupGloo``'s destructor joins the
+worker threads, and it runs where the group's last reference goes: after ``end_training``
+destroyed the group, that is wherever the run's ``DistributedDataParallel`` model is freed (a
+training function returning), inside the reducer's own destructor. If that thread holds the GIL
+while a worker waits for it to free a finished work, neither moves again. Seen in CI three times
+on 7 December, never when the test ran alone: a 2-process fp8 run hung at its function's
+return; faulthandler showed the main thread there and one other thread with a Python state but
+no Python frame, the sign of a C++ thread inside a GIL acquisition (the main thread, blocked in
+C, held the GIL, or that thread would have run on). So the teardown keeps the group it destroyed
+(:func:`retire`): its last reference then never goes on a user's thread; the retired groups are
+let go at the next group this handler creates, after a pause like the exit's, or at interpreter
+exit after the pause, as a DDP model's group always was. A reproduction that makes the deadlock
+happen every time was not found (the GIL is released while the group is destroyed, which lets a
+waiting worker through); ``tests/test_process_group_multiprocess.py::
+test_a_destroyed_group_is_kept_until_the_next_group_is_created`` checks the mechanism.
 """
 
 from __future__ import annotations
 
 import atexit
 import time
+from typing import Any
 
-__all__ = ["SETTLE_SECONDS", "settle_workers_at_exit"]
+__all__ = ["SETTLE_SECONDS", "release_retired", "retire", "settle_workers_at_exit"]
 
 SETTLE_SECONDS = 0.05
 _registered = False
+# Groups this handler destroyed, kept so that their destructor (which joins gloo's worker
+# threads while holding the GIL) never runs on a user's thread: see the module's docstring.
+_RETIRED: list[Any] = []
 
 
 def settle_workers_at_exit() -> None:
@@ -66,3 +86,19 @@ def settle_workers_at_exit() -> None:
 
 def _settle() -> None:
     time.sleep(SETTLE_SECONDS)
+
+
+def retire(group: Any) -> None:
+    """Keep ``group``, just destroyed, until :func:`release_retired` or interpreter exit."""
+    _RETIRED.append(group)
+
+
+def release_retired() -> None:
+    """Let go of the retired groups, once their workers had a pause to take the GIL.
+
+    Called before a new group is created, long after the retired ones' last collective; a
+    group a user's object (a DDP model) still holds lives on with it, as it would have.
+    """
+    if _RETIRED:
+        time.sleep(SETTLE_SECONDS)  # releases the GIL to any worker still waiting for it
+        _RETIRED.clear()

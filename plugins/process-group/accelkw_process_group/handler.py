@@ -17,7 +17,7 @@ from accelkw_process_group._backends import (
     fallback_backend,
     is_available,
 )
-from accelkw_process_group._exit_guard import settle_workers_at_exit
+from accelkw_process_group._exit_guard import release_retired, retire, settle_workers_at_exit
 
 if TYPE_CHECKING:
     from accelkw_core.plugin import AcceleratorState
@@ -289,6 +289,7 @@ def _store_for(group: GroupPlan, state: AcceleratorState) -> Any:
 def _init_group(group: GroupPlan, state: AcceleratorState) -> None:
     import torch.distributed as dist
 
+    release_retired()  # an earlier run's destroyed groups, long idle now
     kwargs = group.init_kwargs(state.rank, state.world_size)
     kwargs.pop("init_method", None)  # met through the store instead
     store = _store_for(group, state)
@@ -307,6 +308,9 @@ def _init_group(group: GroupPlan, state: AcceleratorState) -> None:
         # Only the group made here: a user may have replaced it since.
         if dist.is_initialized() and dist.group.WORLD is created:
             dist.destroy_process_group()
+            # Kept: freeing it here, or wherever a user drops the last model holding it,
+            # could join a gloo worker that waits for the GIL this thread holds.
+            retire(created)
             state.record(NAME, "destroyed the process group it created")
         else:
             state.record(

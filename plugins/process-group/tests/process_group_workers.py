@@ -111,3 +111,35 @@ def retries_after_failed_apply(rank: int, tries: int) -> list[dict[str, Any]]:
         found["group-after-end"] = dist.is_initialized()
         out.append(found)
     return out
+
+
+def retired_until_the_next_group(rank: int) -> dict[str, Any]:
+    """A run's group destroyed by the teardown and its DDP model freed, then a second run."""
+    import gc
+
+    from accelkw_process_group import _exit_guard
+
+    state = RunState.from_env(cpu=True)
+    apply_handler(InitProcessGroupKwargs(backend="gloo"), state)
+    first = dist.group.WORLD
+    model = torch.nn.parallel.DistributedDataParallel(torch.nn.Linear(2, 1))
+    model(torch.ones(1, 2)).sum().backward()
+    state.run_teardowns()
+    destroyed = not dist.is_initialized()
+    del model
+    gc.collect()
+    kept = any(group is first for group in _exit_guard._RETIRED)
+    del first
+    second = RunState.from_env(cpu=True)
+    apply_handler(InitProcessGroupKwargs(backend="gloo"), second)
+    released = _exit_guard._RETIRED == []
+    value = torch.tensor([float(rank + 1)])
+    dist.all_reduce(value)
+    second.run_teardowns()
+    return {
+        "destroyed": destroyed,
+        "kept": kept,
+        "released": released,
+        "sum": value.item(),
+        "retired_after_second": len(_exit_guard._RETIRED),
+    }

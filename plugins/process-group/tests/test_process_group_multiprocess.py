@@ -64,3 +64,17 @@ def test_a_second_accelerator_after_a_failed_apply_starts_its_group_every_time()
             assert found["group-after-failure"] is False
             assert found["sum"] == 3.0
             assert found["group-after-end"] is False
+
+
+def test_a_destroyed_group_is_kept_until_the_next_group_is_created() -> None:
+    # Its destructor joins gloo's worker threads: run where a user drops the last model holding
+    # the group, it can wait forever for a worker that waits for the GIL (_exit_guard).
+    results = run_workers(workers.retired_until_the_next_group, 2, timeout=90)
+    for result in results:
+        assert result == {
+            "destroyed": True,
+            "kept": True,
+            "released": True,
+            "sum": 3.0,
+            "retired_after_second": 1,
+        }
