@@ -5,7 +5,6 @@ It imports the built-ins directly: a broken install fails it, never skips."""
 from __future__ import annotations
 
 import math
-import socket
 
 import pytest
 import torch
@@ -15,6 +14,7 @@ from accelkw_grad_scaler import GradScalerKwargs
 
 from accelkw_core.contract.validation import build_handler
 from accelkw_core.errors import ConfigError
+from accelkw_core.testing import free_port
 
 # DDP turns MiB into bytes in a signed 64-bit integer: 2**43 MiB is 2**63 bytes.
 LARGEST_BUCKET_MB = 2**43 - 1
@@ -30,16 +30,10 @@ def test_bucket_cap_mb_is_bounded_where_ddp_stops_accepting_it() -> None:
     assert handler.bucket_cap_mb == LARGEST_BUCKET_MB
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
 def test_ddp_itself_takes_the_largest_bucket_and_refuses_the_next() -> None:
     # The bound above is torch's, not a guess: a one-process gloo group shows both sides.
     dist.init_process_group(
-        "gloo", init_method=f"tcp://127.0.0.1:{_free_port()}", rank=0, world_size=1
+        "gloo", init_method=f"tcp://127.0.0.1:{free_port()}", rank=0, world_size=1
     )
     try:
         model = torch.nn.parallel.DistributedDataParallel(

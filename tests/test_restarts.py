@@ -20,6 +20,7 @@ from pathlib import Path
 import pytest
 
 from accelkw_core.runtime.checkpoints.project import is_complete, numbered_checkpoints
+from accelkw_core.testing import free_port
 
 pytestmark = pytest.mark.multiprocess
 
@@ -164,11 +165,7 @@ def test_two_machines_restart_together_through_a_c10d_rendezvous(
 ) -> None:
     # Two launchers of one process each, as on two machines; the worker of the second is
     # killed between saves. Both groups restart and the run ends as the 2-process one does.
-    import socket
-
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
+    port = free_port()
     options = ["--nnodes", "2", "--rdzv-backend", "c10d", "--rdzv-id", "job"]
     options += ["--rdzv-endpoint", f"127.0.0.1:{port}", "--max-restarts", "3"]
     folder = tmp_path / "run"

@@ -6,10 +6,12 @@ Nothing here mocks torch: :func:`run_workers` starts real processes that form a 
 
 from __future__ import annotations
 
+import contextlib
 import faulthandler
 import multiprocessing as mp
 import os
 import queue
+import random
 import signal
 import socket
 import tempfile
@@ -17,6 +19,7 @@ import time
 import traceback
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
+from pathlib import Path
 from typing import Any
 
 from accelkw_core.config.selection import handler_key
@@ -40,8 +43,57 @@ __all__ = [
 ]
 
 
+# How long a port handed out by free_port stays claimed against other processes: far longer
+# than a test takes to bind it.
+_PORT_CLAIM_S = 600.0
+
+
 def free_port() -> int:
-    """A TCP port on 127.0.0.1 that is free right now."""
+    """A TCP port on 127.0.0.1, free now, that no other caller on this machine gets for minutes.
+
+    A port the kernel picks (``bind`` to port 0) is in its ephemeral range, which every socket
+    bound to port 0 draws from: gloo's listeners, clients' connections, another test process's
+    ``free_port``. Under pytest-xdist one of them can take the port before a run's store binds it
+    (``EADDRINUSE``), or a run's rank can meet another run's store on it and wait for a peer
+    that never comes. On Linux the port is therefore picked below the ephemeral range and
+    claimed by a file created exclusively in the temporary folder (claims older than ten
+    minutes are taken back); elsewhere the kernel picks it.
+    """
+    low = _ephemeral_low()
+    if low is None or low <= 10_000:
+        return _kernel_port()
+    claims = Path(tempfile.gettempdir()) / "accelkw-test-ports"
+    claims.mkdir(exist_ok=True)
+    rng = random.SystemRandom()
+    for _ in range(200):
+        port = rng.randrange(10_000, low)
+        claim = claims / str(port)
+        try:
+            fd = os.open(claim, os.O_CREAT | os.O_EXCL | os.O_WRONLY)
+        except FileExistsError:
+            with contextlib.suppress(OSError):
+                if time.time() - claim.stat().st_mtime > _PORT_CLAIM_S:
+                    claim.unlink()
+            continue
+        os.close(fd)
+        with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+            try:
+                s.bind(("127.0.0.1", port))
+            except OSError:
+                continue  # in use by something that did not ask here: keep it claimed
+        return port
+    return _kernel_port()
+
+
+def _ephemeral_low() -> int | None:
+    try:
+        with open("/proc/sys/net/ipv4/ip_local_port_range") as fh:
+            return int(fh.read().split()[0])
+    except (OSError, ValueError, IndexError):
+        return None
+
+
+def _kernel_port() -> int:
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
         s.bind(("127.0.0.1", 0))
         return int(s.getsockname()[1])
@@ -291,7 +343,34 @@ def _where_hung(procs: Sequence[Any], hung: Sequence[int], stacks: Sequence[str]
                 where[r] = fh.read().strip()
         except OSError:
             continue
+        native = _native_stacks(procs[r].pid)
+        if native:
+            where[r] += "\nNative stacks (gdb):\n" + native
     return where
+
+
+def _native_stacks(pid: int) -> str:
+    """Every thread's C stack of process ``pid`` (gdb's backtraces), or "" without gdb.
+
+    A hang inside torch (a destructor joining a thread) shows no Python frame of its own.
+    """
+    import shutil
+    import subprocess
+
+    gdb = shutil.which("gdb")
+    if gdb is None:
+        return ""
+    try:
+        done = subprocess.run(
+            [gdb, "-p", str(pid), "-batch", "-nx", "-ex", "thread apply all bt 25"],
+            capture_output=True,
+            text=True,
+            timeout=60,
+        )
+    except (OSError, subprocess.SubprocessError):
+        return ""
+    keep = [line for line in done.stdout.splitlines() if line.startswith(("Thread ", "#"))]
+    return "\n".join(keep)
 
 
 def _silent_exit(rank: int, code: int | None) -> str:
