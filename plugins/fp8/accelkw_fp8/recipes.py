@@ -68,6 +68,18 @@ def _not_built(plan: Plan, cls: str, backend: str) -> Plan:
     )
 
 
+def _library_plan(
+    recipe: TERecipeKwargs | MSAMPRecipeKwargs, state: AcceleratorState, library: str
+) -> Plan:
+    """A recipe of one library's (``recipe.backend_name``): a note without fp8; else refused
+    in one line, naming what to install when the library is missing."""
+    plan = Plan(recipe.name)
+    if state.mixed_precision != "fp8":
+        return plan.note(not_fp8(recipe, state, "no fp8 recipe"))
+    require(recipe.name, type(recipe).__name__, recipe.backend_name)
+    return _not_built(plan, type(recipe).__name__, library)
+
+
 @dataclass
 class TERecipeKwargs(KwargsHandler):
     """The Transformer Engine fp8 recipe (Accelerate's ``TERecipeKwargs``, field for field).
@@ -136,11 +148,7 @@ class TERecipeKwargs(KwargsHandler):
 
     def plan(self, state: AcceleratorState) -> Plan:
         """Refuse in one line without Transformer Engine; nothing without fp8."""
-        plan = Plan(self.name)
-        if state.mixed_precision != "fp8":
-            return plan.note(not_fp8(self, state, "no fp8 recipe"))
-        require(self.name, type(self).__name__, "TE")
-        return _not_built(plan, type(self).__name__, "Transformer Engine")
+        return _library_plan(self, state, "Transformer Engine")
 
 
 @dataclass
@@ -176,11 +184,7 @@ class MSAMPRecipeKwargs(KwargsHandler):
 
     def plan(self, state: AcceleratorState) -> Plan:
         """Refuse in one line without MS-AMP; nothing without fp8."""
-        plan = Plan(self.name)
-        if state.mixed_precision != "fp8":
-            return plan.note(not_fp8(self, state, "no fp8 recipe"))
-        require(self.name, type(self).__name__, "MSAMP")
-        return _not_built(plan, type(self).__name__, "MS-AMP")
+        return _library_plan(self, state, "MS-AMP")
 
 
 @dataclass
