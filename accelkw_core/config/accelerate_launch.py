@@ -201,6 +201,19 @@ def _bad(name: str, value: object, expected: str, source: str | None) -> ConfigE
     return ConfigError("launch", name, value, expected, source=source or f"option --{name}")
 
 
+def _read_only_with(
+    option: str, given: Mapping[str, Any], sources: Mapping[str, str]
+) -> ConfigError:
+    """The first of ``given``'s flags, refused: Accelerate reads them only with ``option``."""
+    name = next(iter(given))
+    return _bad(
+        name,
+        given[name],
+        f"it together with {option} (Accelerate reads it only then)",
+        sources.get(name),
+    )
+
+
 def _int(values: Mapping[str, Any], name: str, low: int, sources: Mapping[str, str]) -> int | None:
     if name not in values:
         return None
@@ -265,13 +278,7 @@ def translate(values: Mapping[str, Any], sources: Mapping[str, str] | None = Non
                 var = "FSDP_TRANSFORMER_CLS_TO_WRAP"
             env[var] = _flag_text(value)
     elif fsdp:
-        name = next(iter(fsdp))
-        raise _bad(
-            name,
-            fsdp[name],
-            "it together with --use_fsdp (Accelerate reads it only then)",
-            sources.get(name),
-        )
+        raise _read_only_with("--use_fsdp", fsdp, sources)
     _processes(values, sources, out.torchrun)
     return out
 
@@ -299,13 +306,7 @@ def _fp8(values: Mapping[str, Any], sources: Mapping[str, str], env: dict[str, s
     if not given:
         return
     if env.get("ACCELERATE_MIXED_PRECISION") != "fp8":
-        name = next(iter(given))
-        raise _bad(
-            name,
-            given[name],
-            "it together with --mixed_precision fp8 (Accelerate reads it only then)",
-            sources.get(name),
-        )
+        raise _read_only_with("--mixed_precision fp8", given, sources)
     for name, value in given.items():
         choices = _FP8_CHOICES.get(name)
         # Any case: Accelerate's YAML writes the backend upper-cased, its launcher lower-cased.
